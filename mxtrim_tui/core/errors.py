@@ -1,0 +1,31 @@
+"""Error types of the engine.
+
+Every error a user can cause with bad input is an ``InputError``: one line that names the
+file and the problem. The CLI prints it without a traceback and exits with status 1.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class InputError(Exception):
+    """Bad input: a file that is missing, unreadable or malformed."""
+
+    def __init__(self, path: str | Path | None, problem: str):
+        self.path = str(path) if path is not None else None
+        self.problem = problem
+        super().__init__(f"{self.path}: {problem}" if self.path else problem)
+
+
+class SafetensorsFormatError(InputError):
+    """A safetensors file that breaks one of the format's rules."""
+
+    def __init__(self, path: str | Path, problem: str, tensor: str | None = None):
+        self.tensor = tensor
+        where = f"tensor {tensor!r}: " if tensor is not None else ""
+        super().__init__(path, where + problem)
+
+
+class IndexConsistencyError(InputError):
+    """``model.safetensors.index.json`` disagrees with the shards on disk."""

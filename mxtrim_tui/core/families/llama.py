@@ -1,0 +1,87 @@
+"""Llama 3.x (``LlamaForCausalLM``) and Llama 4 (``Llama4ForConditionalGeneration``).
+
+Llama 4 MoE placement in vLLM: ``interleave_moe_layer_step > 0 and (idx + 1) % step == 0``
+(llama4.py; transformers' ``moe_layers`` list is ignored by vLLM). ``no_rope_layers[idx] == 0``
+marks a NoPE global-attention layer; the others use chunked local attention.
+"""
+
+from .base import CHUNKED, DENSE, FULL, MOE, NOPE_GLOBAL, VISION_FULL, Family, Stack, first_int, layer_types_rule
+
+
+def llama4_attention(cfg: dict, idx: int) -> str:
+    nope = cfg.get("no_rope_layers")
+    if isinstance(nope, list) and idx < len(nope):
+        rope = bool(nope[idx])
+    else:
+        interval = first_int(cfg, "no_rope_layer_interval", default=4) or 4
+        rope = (idx + 1) % interval != 0
+    if not rope:
+        return NOPE_GLOBAL
+    return CHUNKED if cfg.get("attention_chunk_size") else FULL
+
+
+def llama4_mlp(cfg: dict, idx: int) -> str:
+    step = first_int(cfg, "interleave_moe_layer_step", default=1) or 0
+    return MOE if step > 0 and (idx + 1) % step == 0 else DENSE
+
+
+def _moe_layers_check(cfg: dict) -> list[str]:
+    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
+    moe_layers = text.get("moe_layers")
+    n = first_int(text, "num_hidden_layers", default=0) or 0
+    if isinstance(moe_layers, list):
+        vllm = [i for i in range(n) if llama4_mlp(text, i) == MOE]
+        if sorted(moe_layers) != vllm:
+            return ["moe_layers (read by transformers) differs from interleave_moe_layer_step (read by vLLM)"]
+    return []
+
+
+LLAMA = Family(
+    key="llama",
+    display="Llama 2/3",
+    model_types=("llama",),
+    architectures=("LlamaForCausalLM",),
+    stacks=(
+        Stack("text", ("model.layers.",), attention=lambda c, i: layer_types_rule(c, i) or FULL, mlp=lambda c, i: DENSE),
+    ),
+    shared=(("model.embed_tokens.", "embeddings"), ("model.norm.", "final norm"), ("lm_head.", "lm head")),
+)
+
+LLAMA4 = Family(
+    key="llama4",
+    display="Llama 4",
+    model_types=("llama4", "llama4_text"),
+    architectures=("Llama4ForConditionalGeneration", "Llama4ForCausalLM"),
+    stacks=(
+        Stack(
+            "text",
+            ("language_model.model.layers.", "model.language_model.layers.", "model.layers."),
+            config_path=("text_config",),
+            attention=llama4_attention,
+            mlp=llama4_mlp,
+            experts_fields=("num_local_experts",),
+        ),
+        Stack(
+            "vision",
+            ("vision_model.model.layers.", "model.vision_model.model.layers."),
+            config_path=("vision_config",),
+            attention=lambda c, i: VISION_FULL,
+            mlp=lambda c, i: DENSE,
+        ),
+    ),
+    shared=(
+        ("language_model.model.embed_tokens.", "embeddings"),
+        ("model.language_model.embed_tokens.", "embeddings"),
+        ("language_model.model.norm.", "final norm"),
+        ("model.language_model.norm.", "final norm"),
+        ("language_model.lm_head.", "lm head"),
+        ("lm_head.", "lm head"),
+        ("multi_modal_projector.", "multimodal projector"),
+        ("model.multi_modal_projector.", "multimodal projector"),
+        ("vision_model.", "vision embeddings"),
+        ("model.vision_model.", "vision embeddings"),
+    ),
+    checks=(_moe_layers_check,),
+)
+
+FAMILIES = (LLAMA, LLAMA4)

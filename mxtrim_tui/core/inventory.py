@@ -1,0 +1,692 @@
+"""Inventory: the model as a user thinks of it, built from a ModelSource without weights.
+
+Submodels (text backbone, vision tower, MTP / draft heads), each with its numbered layers;
+each layer with the kind the runtime builds (attention kind, MLP kind, expert count, special
+modules), its tensors, exact bytes and quantization; non-layer tensors grouped by role; layers
+of equal signature grouped. Every tensor lands in exactly one place or in ``unassigned``.
+
+Kinds come from two sources that are compared: the family's config rules (what vLLM will
+build at that index) and the tensor names (what the checkpoint holds). Disagreements are
+reported per layer and in ``warnings``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from .families import family_for
+from .families.base import (
+    DENSE,
+    DSA_FULL,
+    DSA_SHARED,
+    FULL,
+    HASH_MOE,
+    KV_SHARED,
+    LINEAR,
+    MAMBA,
+    MLA,
+    MOE,
+    NO_ATTENTION,
+    NO_MLP,
+    Family,
+    Stack,
+    first_int,
+)
+from .quant import Quantization, detect_quantization
+from .source import ModelSource
+from .units import index_ranges
+
+# ---------------------------------------------------------------------------------------
+SCALE_SUFFIXES = (
+    "weight_scale_inv",
+    "weight_scale",
+    "weight_scale_2",
+    "input_scale",
+    "weight_global_scale",
+    "input_global_scale",
+    "weight_zero_point",
+    "qzeros",
+    "scales",
+    "g_idx",
+    "k_scale",
+    "v_scale",
+)
+LINEAR_WEIGHT_LEAVES = ("weight", "qweight", "weight_packed")
+MLP_CONTAINERS = ("mlp", "block_sparse_moe", "feed_forward", "ffn", "mixer")
+DENSE_MLP_PARTS = frozenset(
+    ("gate_proj", "up_proj", "down_proj", "gate_up_proj", "fc1", "fc2", "w1", "w2", "w3", "c_fc", "c_proj", "linear_fc1", "linear_fc2")
+)
+NORM_HINTS = ("norm", "layernorm", "ln_")
+
+
+@dataclass(frozen=True)
+class LayerKind:
+    """What distinguishes one layer type from another (a group's signature)."""
+
+    attention: str
+    mlp: str
+    experts: int | None = None
+    special: tuple[str, ...] = ()
+    weight_dtypes: tuple[str, ...] = ()
+
+    @property
+    def label(self) -> str:
+        mlp = f"{self.mlp}×{self.experts}" if self.mlp in (MOE, HASH_MOE) and self.experts else self.mlp
+        parts = [self.attention, mlp]
+        if self.weight_dtypes:
+            parts.append("/".join(self.weight_dtypes))
+        return " · ".join(parts)
+
+    def to_json(self) -> dict:
+        return {
+            "attention": self.attention,
+            "mlp": self.mlp,
+            "experts": self.experts,
+            "special": list(self.special),
+            "weight_dtypes": list(self.weight_dtypes),
+            "label": self.label,
+        }
+
+
+@dataclass
+class Layer:
+    submodel: str
+    index: int  # original index within the submodel (MTP: 0..k-1)
+    stored_index: int  # the number in the tensor names (absolute MTP: num_hidden_layers + k)
+    prefix: str  # tensor-name prefix before the number
+    kind: LayerKind
+    tensors: list[str] = field(default_factory=list)
+    nbytes: int = 0
+    dtype_bytes: dict[str, int] = field(default_factory=dict)
+    scale_tensors: int = 0
+    unquantized: list[str] = field(default_factory=list)
+    quant_ignored: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    group: int = -1
+
+    @property
+    def name(self) -> str:
+        return f"{self.prefix}{self.stored_index}"
+
+    def to_json(self, with_tensors: bool = False) -> dict:
+        doc = {
+            "index": self.index,
+            "stored_as": self.name,
+            "group": self.group,
+            "kind": self.kind.to_json(),
+            "tensors": len(self.tensors),
+            "bytes": self.nbytes,
+            "dtype_bytes": dict(sorted(self.dtype_bytes.items())),
+            "scale_tensors": self.scale_tensors,
+            "unquantized_modules": self.unquantized,
+            "quant_ignored": self.quant_ignored,
+            "notes": self.notes,
+        }
+        if with_tensors:
+            doc["tensor_names"] = self.tensors
+        return doc
+
+
+@dataclass
+class Part:
+    """Non-layer tensors with one role (embeddings, lm head, vision patch embed, ...)."""
+
+    submodel: str
+    label: str
+    tensors: list[str] = field(default_factory=list)
+    nbytes: int = 0
+
+
+@dataclass
+class Submodel:
+    name: str  # "text", "vision", "mtp", ...
+    role: str
+    config_path: str  # "" (top level), "text_config", ...
+    declared_depth: int | None
+    layers: list[Layer] = field(default_factory=list)
+    parts: list[Part] = field(default_factory=list)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(l.nbytes for l in self.layers) + sum(p.nbytes for p in self.parts)
+
+    @property
+    def tensor_count(self) -> int:
+        return sum(len(l.tensors) for l in self.layers) + sum(len(p.tensors) for p in self.parts)
+
+
+@dataclass
+class Group:
+    id: int
+    submodel: str
+    kind: LayerKind
+    layers: list[int] = field(default_factory=list)
+    nbytes: int = 0
+    symbol: str = "?"
+
+
+@dataclass
+class Inventory:
+    source: ModelSource
+    family: Family
+    model_name: str
+    submodels: dict[str, Submodel]
+    shared: list[Part]
+    groups: list[Group]
+    quantization: Quantization | None
+    unassigned: list[str]
+    warnings: list[str]
+
+    @property
+    def text(self) -> Submodel | None:
+        return self.submodels.get("text")
+
+    @property
+    def mtp(self) -> Submodel | None:
+        return self.submodels.get("mtp")
+
+    @property
+    def total_bytes(self) -> int:
+        return self.source.tensor_bytes
+
+    @property
+    def total_tensors(self) -> int:
+        return self.source.tensor_count
+
+    def strip(self, submodel: str = "text") -> str:
+        """One symbol per layer, the symbol of its group."""
+        sm = self.submodels.get(submodel)
+        if sm is None:
+            return ""
+        sym = {g.id: g.symbol for g in self.groups}
+        return "".join(sym.get(l.group, "?") for l in sm.layers)
+
+
+# ---------------------------------------------------------------------------------------
+def stack_config(config: dict, stack: Stack) -> tuple[dict, str]:
+    """The sub-config a stack reads, and its path; the text stack falls back to the top level
+    (Qwen2.5-VL's release keeps text fields at the top)."""
+    cfg = config
+    path = []
+    for key in stack.config_path:
+        sub = cfg.get(key)
+        if isinstance(sub, dict):
+            cfg = sub
+            path.append(key)
+        elif stack.submodel == "text":
+            break
+        else:
+            return {}, ".".join(stack.config_path)
+    return cfg, ".".join(path)
+
+
+def _declared_depth(cfg: dict, stack: Stack) -> int | None:
+    if stack.depth_rule is not None:
+        d = stack.depth_rule(cfg)
+        if d is not None:
+            return d
+    return first_int(cfg, *stack.depth_fields)
+
+
+def _mtp_count(config: dict, text_cfg: dict, fam: Family) -> int:
+    if fam.mtp is None:
+        return 0
+    for cfg in (text_cfg, config):
+        n = first_int(cfg, *fam.mtp.count_fields)
+        if n is not None:
+            return n
+    return fam.mtp.default_count
+
+
+_GENERIC_STACK = re.compile(r"^((?:[A-Za-z0-9_]+\.)*?(?:layers|blocks|h|layer))\.(\d+)\.")
+
+
+def _generic_stacks(names) -> tuple[Stack, ...]:
+    counts: dict[str, set[int]] = {}
+    for n in names:
+        m = _GENERIC_STACK.match(n)
+        if m:
+            counts.setdefault(m.group(1) + ".", set()).add(int(m.group(2)))
+    stacks = []
+    text_done = False
+    for prefix in sorted(counts, key=lambda p: (-len(counts[p]), p)):
+        low = prefix.lower()
+        if low.startswith("mtp"):
+            continue
+        if "vision" in low or "visual" in low:
+            sub = "vision" if not any(s.submodel == "vision" for s in stacks) else prefix.rstrip(".")
+        elif "audio" in low:
+            sub = "audio"
+        elif not text_done:
+            sub, text_done = "text", True
+        else:
+            sub = prefix.rstrip(".")
+        cfg_path = {"vision": ("vision_config",), "audio": ("audio_config",), "text": ("text_config",)}.get(sub, ())
+        stacks.append(Stack(sub, (prefix,), config_path=cfg_path, depth_fields=("num_hidden_layers", "depth", "num_layers")))
+    return tuple(stacks)
+
+
+_GENERIC_SHARED = (
+    ("embed", "embeddings"),
+    ("wte", "embeddings"),
+    ("lm_head", "lm head"),
+    ("norm", "final norm"),
+)
+
+
+def _generic_shared_label(name: str) -> str | None:
+    low = name.lower()
+    for hint, label in _GENERIC_SHARED:
+        if hint in low:
+            return label
+    return None
+
+
+# ---------------------------------------------------------------------------------------
+def tensor_kinds(rests: list[str], shapes: list[tuple[int, ...]]):
+    """Kinds from the names inside one layer (``rest`` = the name after ``<prefix><i>.``).
+
+    Returns (attention class, mlp class, expert count or None, special modules)."""
+    has = set()
+    experts: set[int] = set()
+    fused_experts = None
+    for rest, shape in zip(rests, shapes):
+        parts = rest.split(".")
+        head = parts[0]
+        if head in MLP_CONTAINERS and len(parts) > 1:
+            sub = parts[1]
+            if sub == "experts":
+                has.add("moe")
+                if len(parts) > 2 and parts[2].isdigit():
+                    experts.add(int(parts[2]))
+                elif len(shape) >= 3 and fused_experts is None:
+                    fused_experts = shape[0]
+            elif sub in ("shared_experts", "shared_expert", "shared_mlp"):
+                has.add("shared expert")
+            elif sub == "gate" and len(parts) > 2 and parts[2] == "tid2eid":
+                has.add("hash")
+            elif sub == "gate" and len(parts) > 2 and parts[2] == "e_score_correction_bias":
+                has.add("router bias")
+            elif sub in DENSE_MLP_PARTS:
+                has.add("dense")
+            elif head == "mixer" and sub in ("A_log", "conv1d", "in_proj", "dt_bias", "D"):
+                has.add("mamba")
+            elif head == "mixer" and sub in ("q_proj", "k_proj", "qkv_proj"):
+                has.add("attn")
+                if sub == "q_proj":
+                    has.add("q")
+            if head == "ffn" and sub == "gate" and "bias" in parts[-1:]:
+                has.add("router bias")
+        elif head in ("self_attn", "attn", "attention", "self_attention"):
+            sub = parts[1] if len(parts) > 1 else ""
+            if sub == "indexer":
+                has.add("indexer")
+            elif sub in ("kv_a_proj_with_mqa", "kv_b_proj", "wkv", "kv_a_layernorm"):
+                has.add("mla")
+            elif sub in ("q_proj", "qkv_proj", "qkv", "query_key_value", "q", "wq_a", "wq_b"):
+                has.add("attn")
+                if sub == "q_proj":
+                    has.add("q")
+                    if parts[-1] == "bias":
+                        has.add("qkv bias")
+            elif sub in ("k_proj", "v_proj", "kv_proj"):
+                has.add("kv")
+            elif sub in ("q_norm", "k_norm", "query_layernorm", "key_layernorm"):
+                has.add("qk-norm")
+            elif sub == "sinks":
+                has.add("attention sinks")
+            elif sub in ("o_proj", "proj", "dense", "out_proj"):
+                has.add("attn")
+        elif head in ("linear_attn", "lightning_attn"):
+            has.add("linear")
+        elif head == "mamba":
+            has.add("mamba")
+        elif head == "eh_proj":
+            has.add("mtp head")
+    if "linear" in has:
+        att = LINEAR
+    elif "mamba" in has:
+        att = MAMBA
+    elif "mla" in has:
+        att = DSA_FULL if "indexer" in has else MLA
+    elif "q" in has and "kv" not in has and "qkv bias" not in has and "attn" in has:
+        att = KV_SHARED
+    elif "attn" in has or "kv" in has:
+        att = FULL
+    else:
+        att = NO_ATTENTION
+    if "hash" in has:
+        mlp = HASH_MOE
+    elif "moe" in has:
+        mlp = MOE
+    elif "dense" in has:
+        mlp = DENSE
+    else:
+        mlp = NO_MLP
+    n_exp = len(experts) if experts else fused_experts
+    special = tuple(
+        s for s in ("shared expert", "router bias", "indexer", "qk-norm", "attention sinks", "qkv bias", "mtp head") if s in has
+    )
+    return att, mlp, n_exp, special
+
+
+# Which tensor-derived attention classes fit which runtime kinds.
+_ATTN_FITS = {
+    MLA: {MLA, DSA_FULL},  # a DSA checkpoint run as plain MLA is still MLA tensors
+    DSA_FULL: {DSA_FULL},
+    DSA_SHARED: {DSA_FULL, MLA},  # IndexCache: checkpoints may or may not ship the indexer
+    LINEAR: {LINEAR},
+    MAMBA: {MAMBA},
+    KV_SHARED: {KV_SHARED, FULL},
+    NO_ATTENTION: {NO_ATTENTION},
+}
+_ATTN_DEFAULT_FIT = {FULL, KV_SHARED}
+_MLP_FITS = {DENSE: {DENSE}, MOE: {MOE}, HASH_MOE: {HASH_MOE, MOE}, NO_MLP: {NO_MLP}}
+
+
+def _attention_fits(rule: str, tensors: str) -> bool:
+    if rule.startswith("vision"):
+        return tensors in (FULL, NO_ATTENTION)
+    return tensors in _ATTN_FITS.get(rule, _ATTN_DEFAULT_FIT)
+
+
+def _is_linear_weight(rest: str, shape: tuple[int, ...]) -> bool:
+    leaf = rest.rsplit(".", 1)[-1]
+    if leaf in LINEAR_WEIGHT_LEAVES:
+        if len(shape) < 2:
+            return False
+        low = rest.lower()
+        return not any(h in low for h in NORM_HINTS) and "embed" not in low
+    # fused expert tensors (gpt-oss / Llama4 / Qwen3-VL-MoE): "...experts.gate_up_proj[_blocks]"
+    return ".experts." in rest and len(shape) >= 3 and not leaf.endswith(("_scales", "_bias", "bias"))
+
+
+def _collapse_module(rest: str) -> str:
+    """``mlp.experts.17.down_proj.weight`` -> ``mlp.experts.*.down_proj``."""
+    parts = rest.split(".")
+    if parts[-1] in LINEAR_WEIGHT_LEAVES:
+        parts = parts[:-1]
+    return ".".join("*" if p.isdigit() else p for p in parts)
+
+
+# ---------------------------------------------------------------------------------------
+def build_inventory(source: ModelSource) -> Inventory:
+    config = source.config
+    fam = family_for(config)
+    warnings: list[str] = []
+    names = list(source.tensor_shard)
+    stacks = fam.stacks or _generic_stacks(names)
+
+    # text config (for MTP count and absolute-MTP depth)
+    text_stack = next((s for s in stacks if s.submodel == "text"), None)
+    text_cfg = stack_config(config, text_stack)[0] if text_stack else config
+    mtp_n = _mtp_count(config, text_cfg, fam)
+    quant = detect_quantization(source)
+    quantized = quant is not None
+
+    # --- one regex that splits every layer tensor into (prefix, index, rest)
+    prefix_owner: dict[str, Stack] = {}
+    for st in stacks:
+        for p in st.prefixes:
+            prefix_owner.setdefault(p, st)
+    mtp_prefixes = fam.mtp.prefixes if fam.mtp and fam.mtp.style == "relative" else ()
+    if not fam.stacks and mtp_n and any(n.startswith("mtp.layers.") for n in names):
+        mtp_prefixes = ("mtp.layers.",)
+    all_prefixes = sorted(set(prefix_owner) | set(mtp_prefixes), key=len, reverse=True)
+    splitter = re.compile(
+        "^(" + "|".join(re.escape(p) for p in all_prefixes) + r")(\d+)\.(.+)$" if all_prefixes else r"^\b\B$"
+    )
+
+    # --- submodels
+    submodels: dict[str, Submodel] = {}
+    depth: dict[str, int | None] = {}
+    st_cfg: dict[str, dict] = {}
+    for st in stacks:
+        if st.submodel in submodels:
+            continue
+        cfg, path = stack_config(config, st)
+        st_cfg[st.submodel] = cfg
+        depth[st.submodel] = _declared_depth(cfg, st)
+        role = {"text": "text backbone", "vision": "vision tower", "audio": "audio encoder"}.get(st.submodel, "layer stack")
+        submodels[st.submodel] = Submodel(st.submodel, role, path, depth[st.submodel])
+    if fam.mtp is not None and (mtp_n or any(n.startswith(fam.mtp.shared_prefixes or ("\0",)) for n in names)):
+        submodels["mtp"] = Submodel("mtp", "MTP / draft heads", "", mtp_n)
+    stack_of = {st.submodel: st for st in stacks}
+
+    # --- assign tensors
+    layer_tensors: dict[tuple[str, int], list[tuple[str, str]]] = {}  # (submodel, stored idx) -> [(name, rest)]
+    layer_prefix: dict[tuple[str, int], str] = {}
+    leftovers: list[str] = []
+    text_depth = depth.get("text")
+    for name in names:
+        m = splitter.match(name)
+        if m is None:
+            leftovers.append(name)
+            continue
+        prefix, idx_s, rest = m.groups()
+        idx = int(idx_s)
+        if prefix in mtp_prefixes:
+            sub = "mtp"
+            submodels.setdefault("mtp", Submodel("mtp", "MTP / draft heads", "", mtp_n))
+        else:
+            sub = prefix_owner[prefix].submodel
+            if (
+                sub == "text"
+                and fam.mtp is not None
+                and fam.mtp.style == "absolute"
+                and text_depth is not None
+                and idx >= text_depth
+            ):
+                sub = "mtp"
+                submodels.setdefault("mtp", Submodel("mtp", "MTP / draft heads", "", mtp_n))
+        key = (sub, idx)
+        bucket = layer_tensors.get(key)
+        if bucket is None:
+            bucket = layer_tensors[key] = []
+            layer_prefix[key] = prefix
+        bucket.append((name, rest))
+
+    # --- non-layer tensors
+    shared_parts: dict[tuple[str, str], Part] = {}
+    unassigned: list[str] = []
+    mtp_shared = fam.mtp.shared_prefixes if fam.mtp and fam.mtp.style == "relative" else ()
+    for name in leftovers:
+        label = None
+        owner = "shared"
+        for p in mtp_shared:
+            if name.startswith(p):
+                label, owner = "mtp shared", "mtp"
+                break
+        if label is None:
+            for p, lab in fam.shared:
+                if name.startswith(p):
+                    label = lab
+                    break
+        if label is None and not fam.stacks:
+            label = _generic_shared_label(name)
+        if label is None:
+            unassigned.append(name)
+            continue
+        if label.startswith("vision"):
+            owner = "vision" if "vision" in submodels else "shared"
+        part = shared_parts.get((owner, label))
+        if part is None:
+            part = shared_parts[(owner, label)] = Part(owner, label)
+        part.tensors.append(name)
+        part.nbytes += source.tensor(name).nbytes
+
+    # --- build layers
+    for (sub, stored), items in sorted(layer_tensors.items(), key=lambda kv: (kv[0][0], kv[0][1])):
+        sm = submodels[sub]
+        prefix = layer_prefix[(sub, stored)]
+        if sub == "mtp" and fam.mtp is not None and fam.mtp.style == "absolute":
+            index = stored - (text_depth or 0)
+        else:
+            index = stored
+        layer = _make_layer(source, fam, stack_of.get(sub), st_cfg.get(sub, text_cfg), sub, index, stored, prefix, items, quantized)
+        sm.layers.append(layer)
+
+    # Layers the config declares but the checkpoint lacks (config-only directories) are still
+    # listed, with kinds from the config rules alone.
+    for sub, sm in submodels.items():
+        want = depth.get(sub) if sub != "mtp" else (mtp_n if (fam.mtp and fam.mtp.style == "absolute") or not sm.layers else None)
+        have = {l.index for l in sm.layers}
+        if want is None:
+            continue
+        if source.shards and have and sub != "mtp":
+            top = max(have) + 1
+            if top != want:
+                warnings.append(
+                    f"{sub}: the config declares {want} layers but the checkpoint has layers 0..{top - 1}"
+                )
+            missing = sorted(set(range(min(want, top))) - have)
+            if missing:
+                warnings.append(f"{sub}: checkpoint has no tensors for layers {index_ranges(missing)}")
+        if not source.shards:
+            st = stack_of.get(sub)
+            cfg = st_cfg.get(sub, text_cfg)
+            for i in range(want):
+                if i not in have:
+                    stored = i + (text_depth or 0) if sub == "mtp" and fam.mtp and fam.mtp.style == "absolute" else i
+                    prefix = (st.prefixes[0] if st else (fam.mtp.prefixes[0] if fam.mtp and fam.mtp.prefixes else (text_stack.prefixes[0] if text_stack else "layers.")))
+                    sm.layers.append(_make_layer(source, fam, st, cfg, sub, i, stored, prefix, [], quantized))
+            sm.layers.sort(key=lambda l: l.index)
+    mtp_sm = submodels.get("mtp")
+    if mtp_sm is not None and source.shards:
+        have = len(mtp_sm.layers)
+        if have != mtp_n:
+            if have > mtp_n:
+                warnings.append(
+                    f"mtp: the checkpoint holds {have} MTP layer(s) but the config declares {mtp_n}"
+                    + (" (vLLM's default when the field is absent)" if fam.mtp and fam.mtp.default_count == mtp_n else "")
+                )
+            else:
+                warnings.append(f"mtp: the config declares {mtp_n} MTP layer(s) but the checkpoint holds {have}")
+
+    # quantization entries that name a layer by number
+    if quant is not None:
+        by_key = {(sm.name, l.stored_index): l for sm in submodels.values() for l in sm.layers}
+        for e in quant.entries:
+            if e.is_regex:
+                continue
+            m = splitter.match(e.value + ".")
+            if m is None:
+                continue
+            prefix, idx_s, _ = m.groups()
+            idx = int(idx_s)
+            sub = "mtp" if prefix in mtp_prefixes else prefix_owner[prefix].submodel
+            layer = by_key.get((sub, idx)) or by_key.get(("mtp", idx))
+            if layer is not None:
+                layer.quant_ignored.append(e.value)
+
+    for (owner, _), part in shared_parts.items():
+        if owner in submodels and owner != "shared":
+            submodels[owner].parts.append(part)
+    shared = [p for (owner, _), p in shared_parts.items() if owner == "shared" or owner not in submodels]
+
+    # --- groups
+    groups: list[Group] = []
+    by_sig: dict[tuple, Group] = {}
+    symbols = iter("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789" + "?" * 1000)
+    for sm in submodels.values():
+        for layer in sm.layers:
+            sig = (sm.name, layer.kind)
+            g = by_sig.get(sig)
+            if g is None:
+                g = by_sig[sig] = Group(len(groups), sm.name, layer.kind, symbol=next(symbols))
+                groups.append(g)
+            g.layers.append(layer.index)
+            g.nbytes += layer.nbytes
+            layer.group = g.id
+
+    # --- config-level checks and disagreements
+    for check in fam.checks:
+        warnings.extend(check(text_cfg if text_cfg is not config else config))
+    for sm in submodels.values():
+        for layer in sm.layers:
+            for note in layer.notes:
+                warnings.append(f"{sm.name} layer {layer.index}: {note}")
+    if unassigned:
+        warnings.append(
+            f"{len(unassigned)} tensor(s) belong to no layer or known part, e.g. {unassigned[0]!r}"
+        )
+    if fam.key == "generic":
+        warnings.insert(0, "no family module for this architecture: layer kinds come from tensor names only")
+    if quant is not None:
+        warnings.extend(quant.warnings)
+    warnings = source.warnings + warnings
+
+    name = config.get("_name_or_path") if isinstance(config.get("_name_or_path"), str) else ""
+    model_name = (name.rstrip("/").rsplit("/", 1)[-1] if name else "") or source.root.resolve().name
+    return Inventory(
+        source=source,
+        family=fam,
+        model_name=model_name,
+        submodels=submodels,
+        shared=shared,
+        groups=groups,
+        quantization=quant,
+        unassigned=unassigned,
+        warnings=warnings,
+    )
+
+
+def _make_layer(source, fam, stack, cfg, sub, index, stored, prefix, items, quantized) -> Layer:
+    rests = [r for _, r in items]
+    infos = [source.tensor(n) for n, _ in items]
+    shapes = [t.shape for t in infos]
+    t_att, t_mlp, t_exp, special = tensor_kinds(rests, shapes) if items else (None, None, None, ())
+    if sub == "mtp" and fam.mtp is not None:
+        r_att = fam.mtp.attention(cfg, index) if fam.mtp.attention else None
+        r_mlp = fam.mtp.mlp(cfg, index) if fam.mtp.mlp else None
+        if r_att is None and fam.stacks and fam.stacks[0].attention is not None:
+            r_att = fam.stacks[0].attention(cfg, stored)
+    else:
+        r_att = stack.attention(cfg, index) if stack and stack.attention else None
+        r_mlp = stack.mlp(cfg, index) if stack and stack.mlp else None
+    notes: list[str] = []
+    if r_att is not None and t_att is not None and not _attention_fits(r_att, t_att):
+        notes.append(f"config builds {r_att} attention but the tensors look like {t_att}")
+    if r_mlp is not None and t_mlp is not None and t_mlp not in _MLP_FITS.get(r_mlp, {r_mlp}):
+        notes.append(f"config builds a {r_mlp} MLP but the tensors look like {t_mlp}")
+    att = r_att or t_att or "unknown"
+    mlp = r_mlp or t_mlp or "unknown"
+    experts = None
+    if mlp in (MOE, HASH_MOE):
+        cfg_exp = first_int(cfg, *(stack.experts_fields if stack else ()), "n_routed_experts", "num_experts", "num_local_experts")
+        experts = t_exp if t_exp is not None else cfg_exp
+        if t_exp is not None and cfg_exp is not None and t_exp != cfg_exp:
+            notes.append(f"config says {cfg_exp} experts but the checkpoint has {t_exp}")
+    if att == DSA_SHARED:
+        special = tuple(s for s in special if s != "indexer")
+    dtype_bytes: dict[str, int] = {}
+    weight_dtypes: set[str] = set()
+    scales = 0
+    unquant: dict[str, None] = {}
+    nbytes = 0
+    for rest, t in zip(rests, infos):
+        nbytes += t.nbytes
+        dtype_bytes[t.dtype] = dtype_bytes.get(t.dtype, 0) + t.nbytes
+        leaf = rest.rsplit(".", 1)[-1]
+        if leaf in SCALE_SUFFIXES or leaf.endswith("_scales"):
+            scales += 1
+            continue
+        if _is_linear_weight(rest, t.shape):
+            weight_dtypes.add(t.dtype)
+            if quantized and t.dtype in ("BF16", "F16", "F32"):
+                unquant[_collapse_module(rest)] = None
+    kind = LayerKind(att, mlp, experts, tuple(special), tuple(sorted(weight_dtypes)))
+    return Layer(
+        submodel=sub,
+        index=index,
+        stored_index=stored,
+        prefix=prefix,
+        kind=kind,
+        tensors=[n for n, _ in items],
+        nbytes=nbytes,
+        dtype_bytes=dtype_bytes,
+        scale_tensors=scales,
+        unquantized=list(unquant),
+        notes=notes,
+    )

@@ -1,0 +1,85 @@
+"""The ``mxtrim inspect --json`` document (schema ``mxtrim.inventory/1``, see README)."""
+
+from __future__ import annotations
+
+from .inventory import Inventory
+
+SCHEMA = "mxtrim.inventory/1"
+
+
+def inventory_to_json(inv: Inventory, *, with_tensors: bool = False) -> dict:
+    src = inv.source
+    q = inv.quantization
+    return {
+        "schema": SCHEMA,
+        "source": str(src.root),
+        "model": {
+            "name": inv.model_name,
+            "model_type": src.model_type,
+            "architectures": src.architectures,
+            "family": inv.family.key,
+            "family_name": inv.family.display,
+        },
+        "totals": {
+            "tensors": inv.total_tensors,
+            "bytes": inv.total_bytes,
+            "shards": len(src.shards),
+            "indexed": src.index is not None,
+        },
+        "submodels": [
+            {
+                "name": sm.name,
+                "role": sm.role,
+                "config_path": sm.config_path,
+                "declared_depth": sm.declared_depth,
+                "layers_found": len(sm.layers),
+                "bytes": sm.nbytes,
+                "tensors": sm.tensor_count,
+                "strip": inv.strip(sm.name),
+                "layers": [l.to_json(with_tensors) for l in sm.layers],
+                "parts": [
+                    {"label": p.label, "tensors": len(p.tensors), "bytes": p.nbytes}
+                    | ({"tensor_names": p.tensors} if with_tensors else {})
+                    for p in sm.parts
+                ],
+            }
+            for sm in inv.submodels.values()
+        ],
+        "groups": [
+            {
+                "id": g.id,
+                "symbol": g.symbol,
+                "submodel": g.submodel,
+                "kind": g.kind.to_json(),
+                "layers": g.layers,
+                "count": len(g.layers),
+                "bytes": g.nbytes,
+            }
+            for g in inv.groups
+        ],
+        "shared": [
+            {"label": p.label, "tensors": len(p.tensors), "bytes": p.nbytes}
+            | ({"tensor_names": p.tensors} if with_tensors else {})
+            for p in inv.shared
+        ],
+        "quantization": None
+        if q is None
+        else {
+            "method": q.method,
+            "location": q.location,
+            "summary": q.summary(),
+            "module_entries": [{"path": list(e.path), "value": e.value, "regex": e.is_regex} for e in q.entries],
+        },
+        "files": [
+            {
+                "path": f.path,
+                "kind": f.kind.value,
+                "bytes": f.size,
+                "detail": f.detail,
+                "symlink_target": f.symlink_target,
+            }
+            for f in src.files
+        ],
+        "unassigned": inv.unassigned,
+        "warnings": inv.warnings,
+    }

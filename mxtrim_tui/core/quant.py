@@ -1,0 +1,114 @@
+"""Where a model's quantization config lives and which of its entries name modules.
+
+Lookup order follows vLLM's ``get_quant_config``: ``quantization_config``, then
+``text_config.quantization_config``, then ``compression_config`` (compressed-tensors), then
+side files (``quantize_config.json``, ``quant_config.json``, ``hf_quant_config.json``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from .source import ModelSource
+
+# Keys whose values name modules (lists of names/patterns, or dicts keyed by name/pattern).
+MODULE_LIST_KEYS = ("ignore", "ignored_layers", "modules_to_not_convert", "exclude_modules", "exclude")
+MODULE_DICT_KEYS = ("quantized_layers", "dynamic")
+_DIGIT_IN_REGEX = re.compile(r"\d")
+
+
+@dataclass(frozen=True)
+class ModuleEntry:
+    """One module-naming entry: where it sits (JSON path as a tuple) and its text."""
+
+    path: tuple[str | int, ...]
+    value: str
+
+    @property
+    def is_regex(self) -> bool:
+        v = self.value
+        return v.startswith(("re:", "+:", "-:")) or any(c in v for c in "*?[]()^$\\|")
+
+
+@dataclass
+class Quantization:
+    method: str
+    location: str  # "config.json:quantization_config", "hf_quant_config.json", ...
+    config: dict
+    entries: list[ModuleEntry] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        cfg = self.config
+        bits = []
+        for k in ("fmt", "bits", "weight_block_size", "group_size", "format", "quant_algo"):
+            v = cfg.get(k)
+            if v is None and isinstance(cfg.get("quantization"), dict):
+                v = cfg["quantization"].get(k)
+            if v is not None:
+                bits.append(f"{k}={v}")
+        return f"{self.method} ({', '.join(bits)})" if bits else self.method
+
+
+def _collect(obj, path, out: list[ModuleEntry]):
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            if k in MODULE_LIST_KEYS and isinstance(v, list):
+                for i, e in enumerate(v):
+                    if isinstance(e, str):
+                        out.append(ModuleEntry((*path, k, i), e))
+            elif k in MODULE_DICT_KEYS and isinstance(v, dict):
+                for name in v:
+                    out.append(ModuleEntry((*path, k, name), name))
+            elif isinstance(v, (dict, list)):
+                _collect(v, (*path, k), out)
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            if isinstance(v, (dict, list)):
+                _collect(v, (*path, i), out)
+
+
+def _method(cfg: dict, fallback: str) -> str:
+    m = cfg.get("quant_method") or cfg.get("quantization_method")
+    if not m and isinstance(cfg.get("quantization"), dict):
+        m = cfg["quantization"].get("quant_algo")
+        if m:
+            m = f"modelopt {m}"
+    if not m and isinstance(cfg.get("producer"), dict):
+        m = cfg["producer"].get("name")
+    if not m and "bits" in cfg:
+        m = f"gptq/awq ({cfg.get('bits')}-bit)"
+    return str(m or fallback)
+
+
+def detect_quantization(source: ModelSource) -> Quantization | None:
+    config = source.config
+    found: list[tuple[str, tuple, dict]] = []
+    if isinstance(config.get("quantization_config"), dict):
+        found.append(("config.json:quantization_config", ("quantization_config",), config["quantization_config"]))
+    text = config.get("text_config")
+    if isinstance(text, dict) and isinstance(text.get("quantization_config"), dict):
+        found.append(
+            ("config.json:text_config.quantization_config", ("text_config", "quantization_config"), text["quantization_config"])
+        )
+    if isinstance(config.get("compression_config"), dict):
+        found.append(("config.json:compression_config", ("compression_config",), config["compression_config"]))
+    for fname, cfg in source.side_quant_configs.items():
+        found.append((fname, (fname,), cfg))
+    if not found:
+        return None
+    location, root_path, cfg = found[0]
+    q = Quantization(_method(cfg, "compressed-tensors" if "compression" in location else "unknown"), location, cfg)
+    for loc, path, c in found:
+        _collect(c, path, q.entries)
+    if len(found) > 1:
+        q.warnings.append(
+            "quantization configured in more than one place: "
+            + ", ".join(l for l, _, _ in found)
+            + f"; vLLM uses {found[0][0]}"
+        )
+    for e in q.entries:
+        if e.value.startswith("re:") and _DIGIT_IN_REGEX.search(e.value):
+            q.warnings.append(f"quantization regex {e.value!r} contains digits: check whether it names layer numbers")
+    return q

@@ -1,0 +1,266 @@
+"""Strict safetensors header reader. Reads the header only, never tensor data, never torch.
+
+The rules are those of the format's reference implementation (huggingface/safetensors
+``Metadata::validate``): an 8-byte little-endian header length, a bounded UTF-8 JSON object,
+known dtypes, ``prod(shape) * bits`` a whole number of bytes equal to the byte range, ranges
+sorted, starting at 0, contiguous (no gap, no overlap) and covering the file exactly, and an
+optional ``__metadata__`` map of strings to strings. Each violation raises
+:class:`SafetensorsFormatError` naming the file and, where there is one, the tensor.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import SafetensorsFormatError
+
+# Bit width of every dtype the format defines, in the format's own order.
+DTYPE_BITS: dict[str, int] = {
+    "BOOL": 8,
+    "F4": 4,
+    "F6_E2M3": 6,
+    "F6_E3M2": 6,
+    "U8": 8,
+    "I8": 8,
+    "F8_E5M2": 8,
+    "F8_E4M3": 8,
+    "F8_E8M0": 8,
+    "F8_E4M3FNUZ": 8,
+    "F8_E5M2FNUZ": 8,
+    "I16": 16,
+    "U16": 16,
+    "F16": 16,
+    "BF16": 16,
+    "I32": 32,
+    "U32": 32,
+    "F32": 32,
+    "C64": 64,
+    "F64": 64,
+    "I64": 64,
+    "U64": 64,
+}
+
+# The reference implementation's limit (safetensors ``MAX_HEADER_SIZE``).
+MAX_HEADER_SIZE = 100_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class TensorInfo:
+    """One tensor entry. ``begin``/``end`` are relative to the data section."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    begin: int
+    end: int
+
+    @property
+    def nbytes(self) -> int:
+        return self.end - self.begin
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+
+@dataclass(frozen=True, slots=True)
+class SafetensorsHeader:
+    """A validated header. ``tensors`` is ordered by byte offset."""
+
+    path: Path
+    header_size: int
+    file_size: int
+    tensors: dict[str, TensorInfo]
+    metadata: dict[str, str] | None
+
+    @property
+    def data_start(self) -> int:
+        return 8 + self.header_size
+
+    @property
+    def data_bytes(self) -> int:
+        return self.file_size - self.data_start
+
+
+def _fail(path, problem, tensor=None):
+    raise SafetensorsFormatError(path, problem, tensor)
+
+
+def _check_shape(path, name, shape) -> tuple[int, ...]:
+    if not isinstance(shape, list):
+        _fail(path, f"shape must be a list of integers, got {shape!r}", name)
+    for d in shape:
+        # bool is an int subclass in Python; the format has no booleans here.
+        if type(d) is not int or d < 0:
+            _fail(path, f"shape must be a list of non-negative integers, got {shape!r}", name)
+    return tuple(shape)
+
+
+def parse_header_bytes(path: str | Path, raw: bytes, file_size: int) -> SafetensorsHeader:
+    """Validate a header already read from disk (``raw`` = the JSON bytes)."""
+    path = Path(path)
+    header_size = len(raw)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        _fail(path, f"header is not valid UTF-8 ({exc.reason} at byte {exc.start})")
+    try:
+        obj = json.loads(text, object_pairs_hook=_no_duplicate_keys(path))
+    except SafetensorsFormatError:
+        raise
+    except ValueError as exc:
+        _fail(path, f"header is not valid JSON ({exc})")
+    if not isinstance(obj, dict):
+        _fail(path, f"header must be a JSON object, got {type(obj).__name__}")
+
+    metadata = obj.pop("__metadata__", None)
+    if metadata is not None:
+        if not isinstance(metadata, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()
+        ):
+            _fail(path, "__metadata__ must be a map of strings to strings")
+
+    entries = []
+    for name, info in obj.items():
+        if not isinstance(info, dict):
+            _fail(path, "entry must be an object with dtype, shape and data_offsets", name)
+        try:
+            dtype = info["dtype"]
+            shape = info["shape"]
+            offsets = info["data_offsets"]
+        except KeyError as exc:
+            _fail(path, f"entry lacks {exc.args[0]!r}", name)
+        bits = DTYPE_BITS.get(dtype) if isinstance(dtype, str) else None
+        if bits is None:
+            _fail(path, f"unknown dtype {dtype!r}", name)
+        if type(shape) is not list or any(type(d) is not int or d < 0 for d in shape):
+            _check_shape(path, name, shape)
+        if (
+            type(offsets) is not list
+            or len(offsets) != 2
+            or type(offsets[0]) is not int
+            or type(offsets[1]) is not int
+        ):
+            _fail(path, f"data_offsets must be [begin, end] integers, got {offsets!r}", name)
+        begin, end = offsets
+        if begin < 0 or end < begin:
+            _fail(path, f"data_offsets [{begin}, {end}] are not an ordered non-negative range", name)
+        numel = 1
+        for d in shape:
+            numel *= d
+        nbits = numel * bits
+        if nbits % 8:
+            _fail(
+                path,
+                f"shape {shape} of {dtype} is {nbits} bits, not a whole number of bytes",
+                name,
+            )
+        if end - begin != nbits // 8:
+            _fail(
+                path,
+                f"byte length {end - begin} does not match shape {shape} of {dtype} "
+                f"({nbits // 8} bytes)",
+                name,
+            )
+        entries.append((begin, end, name, dtype, shape))
+
+    entries.sort()
+    tensors: dict[str, TensorInfo] = {}
+    expected = 0
+    for begin, end, name, dtype, shape in entries:
+        if begin != expected:
+            if begin > expected:
+                _fail(path, f"gap: data starts at {begin}, previous tensor ended at {expected}", name)
+            _fail(path, f"overlap: data starts at {begin}, previous tensor ended at {expected}", name)
+        tensors[name] = TensorInfo(name, dtype, tuple(shape), begin, end)
+        expected = end
+
+    covered = 8 + header_size + expected
+    if covered != file_size:
+        if covered < file_size:
+            _fail(
+                path,
+                f"file has {file_size - covered} bytes after the last tensor "
+                f"(tensors cover {covered} of {file_size} bytes)",
+            )
+        _fail(
+            path,
+            f"file is truncated: tensors need {covered} bytes, the file has {file_size}",
+        )
+    return SafetensorsHeader(path, header_size, file_size, tensors, metadata)
+
+
+def _no_duplicate_keys(path):
+    def hook(pairs):
+        d = dict(pairs)
+        if len(d) != len(pairs):
+            seen = set()
+            for k, _ in pairs:
+                if k in seen:
+                    _fail(path, "duplicate key in header", k)
+                seen.add(k)
+        return d
+
+    return hook
+
+
+def read_header(path: str | Path) -> SafetensorsHeader:
+    """Read and validate the header of one safetensors file."""
+    path = Path(path)
+    try:
+        with open(path, "rb") as fh:
+            file_size = os.fstat(fh.fileno()).st_size
+            if file_size < 8:
+                _fail(path, f"file is {file_size} bytes, too small for the 8-byte header length")
+            head = fh.read(8)
+            header_size = int.from_bytes(head, "little")
+            if header_size > MAX_HEADER_SIZE:
+                _fail(path, f"header length {header_size} exceeds the limit of {MAX_HEADER_SIZE} bytes")
+            if 8 + header_size > file_size:
+                _fail(
+                    path,
+                    f"header length {header_size} runs past the end of the file ({file_size} bytes)",
+                )
+            raw = fh.read(header_size)
+    except OSError as exc:
+        raise SafetensorsFormatError(path, f"cannot read: {exc.strerror or exc}") from None
+    if len(raw) != header_size:
+        _fail(path, "file changed while reading the header")
+    return parse_header_bytes(path, raw, file_size)
+
+
+def build_header_bytes(
+    entries: list[tuple[str, str, tuple[int, ...] | list[int], int]],
+    metadata: dict[str, str] | None = None,
+) -> tuple[bytes, int]:
+    """Build a header for ``(name, dtype, shape, nbytes)`` entries laid out back to back.
+
+    Returns ``(prefix, data_size)`` where ``prefix`` is the 8-byte length plus the JSON,
+    padded with spaces to a multiple of 8 as the reference writer does.
+    """
+    header: dict[str, object] = {}
+    if metadata is not None:
+        header["__metadata__"] = metadata
+    offset = 0
+    for name, dtype, shape, nbytes in entries:
+        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + nbytes]}
+        offset += nbytes
+    raw = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    raw += b" " * (-len(raw) % 8)
+    return len(raw).to_bytes(8, "little") + raw, offset
+
+
+def tensor_nbytes(dtype: str, shape) -> int:
+    numel = 1
+    for d in shape:
+        numel *= d
+    bits = numel * DTYPE_BITS[dtype]
+    if bits % 8:
+        raise ValueError(f"{dtype}{list(shape)} is not a whole number of bytes")
+    return bits // 8

@@ -1,0 +1,382 @@
+"""ModelSource: one read of a Hugging Face-layout model directory, without loading weights.
+
+It reads ``config.json`` (and its nested sub-configs), side quantization files, the
+safetensors index and every shard header (strictly validated), and classifies every other
+file by name *and* content. It never imports torch and never executes code from the
+directory; custom code referenced by ``auto_map`` is only listed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path, PurePosixPath
+
+from .errors import IndexConsistencyError, InputError
+from .safetensors_io import SafetensorsHeader, TensorInfo, read_header
+
+INDEX_NAME = "model.safetensors.index.json"
+SIDE_QUANT_FILES = ("quantize_config.json", "quant_config.json", "hf_quant_config.json")
+# Sub-configs that describe their own stack of layers (VLMs, audio, encoders).
+NESTED_CONFIG_KEYS = (
+    "text_config",
+    "vision_config",
+    "audio_config",
+    "encoder_config",
+    "decoder_config",
+    "speech_config",
+    "llm_config",
+)
+
+
+class FileKind(str, Enum):
+    CONFIG = "config"
+    QUANT_CONFIG = "quantization config"
+    INDEX = "weight index"
+    WEIGHTS = "weights"
+    OTHER_WEIGHTS = "weights (other format)"
+    TOKENIZER = "tokenizer"
+    TOKENIZER_CONFIG = "tokenizer config"
+    CHAT_TEMPLATE = "chat template"
+    GENERATION_CONFIG = "generation config"
+    PROCESSOR_CONFIG = "processor config"
+    CUSTOM_CODE = "custom code"
+    DOCUMENTATION = "documentation"
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    path: str  # relative, POSIX separators
+    kind: FileKind
+    size: int
+    detail: str = ""
+    symlink_target: str | None = None  # where a symlink points (as written in the link)
+
+    @property
+    def is_symlink(self) -> bool:
+        return self.symlink_target is not None
+
+
+@dataclass
+class ModelSource:
+    root: Path
+    config: dict
+    nested_configs: dict[str, dict]
+    side_quant_configs: dict[str, dict]
+    index: dict | None
+    shards: dict[str, SafetensorsHeader]  # relative shard path -> header
+    tensor_shard: dict[str, str]  # tensor name -> relative shard path
+    files: list[SourceFile]
+    warnings: list[str] = field(default_factory=list)
+
+    # --- convenience -------------------------------------------------------------
+    def tensor(self, name: str) -> TensorInfo:
+        return self.shards[self.tensor_shard[name]].tensors[name]
+
+    def iter_tensors(self):
+        for shard in self.shards.values():
+            yield from shard.tensors.values()
+
+    @property
+    def tensor_count(self) -> int:
+        return len(self.tensor_shard)
+
+    @property
+    def tensor_bytes(self) -> int:
+        return sum(h.data_bytes for h in self.shards.values())
+
+    @property
+    def architectures(self) -> list[str]:
+        archs = self.config.get("architectures") or []
+        return [a for a in archs if isinstance(a, str)]
+
+    @property
+    def model_type(self) -> str:
+        mt = self.config.get("model_type")
+        return mt if isinstance(mt, str) else ""
+
+    def files_of(self, *kinds: FileKind) -> list[SourceFile]:
+        return [f for f in self.files if f.kind in kinds]
+
+    @property
+    def custom_code_present(self) -> bool:
+        return any(f.kind is FileKind.CUSTOM_CODE for f in self.files)
+
+
+# --------------------------------------------------------------------------------------
+def _load_json(path: Path, what: str) -> object:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(path, f"{what} not found") from None
+    except UnicodeDecodeError as exc:
+        raise InputError(path, f"{what} is not UTF-8 text ({exc.reason})") from None
+    except OSError as exc:
+        raise InputError(path, f"cannot read {what}: {exc.strerror or exc}") from None
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise InputError(path, f"{what} is not valid JSON ({exc})") from None
+
+
+def _auto_map_modules(*configs: dict) -> set[str]:
+    """Module file names (``foo.py``) referenced by ``auto_map`` entries."""
+    names: set[str] = set()
+    for cfg in configs:
+        amap = cfg.get("auto_map") if isinstance(cfg, dict) else None
+        if not isinstance(amap, dict):
+            continue
+        for value in amap.values():
+            refs = value if isinstance(value, list) else [value]
+            for ref in refs:
+                if not isinstance(ref, str):
+                    continue
+                ref = ref.split("--", 1)[-1]  # "repo--module.Class" form
+                module = ref.rsplit(".", 1)[0]
+                names.add(module.replace(".", "/") + ".py")
+    return names
+
+
+def _looks_like_sentencepiece(path: Path) -> bool:
+    """A SentencePiece ``ModelProto`` starts with field 1 (pieces), wire type 2: byte 0x0A,
+    and the first piece is a nested message whose first field is the piece string (0x0A)."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(64)
+    except OSError:
+        return False
+    if len(head) < 4 or head[0] != 0x0A:
+        return False
+    # skip the varint length of the first piece
+    i = 1
+    while i < len(head) and head[i] & 0x80:
+        i += 1
+    return i + 1 < len(head) and head[i + 1] == 0x0A
+
+
+def _classify_json(name: str, path: Path) -> tuple[FileKind, str]:
+    try:
+        obj = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return FileKind.UNKNOWN, "unreadable or not JSON"
+    if not isinstance(obj, dict):
+        if name == "vocab.json":
+            return FileKind.UNKNOWN, "vocab.json is not a token map"
+        return FileKind.UNKNOWN, "JSON that is not an object"
+    if name == "tokenizer.json" or ("model" in obj and "normalizer" in obj and "added_tokens" in obj):
+        return FileKind.TOKENIZER, "fast tokenizer"
+    if name == "tokenizer_config.json":
+        return FileKind.TOKENIZER_CONFIG, "" if "chat_template" not in obj else "includes a chat template"
+    if name in ("special_tokens_map.json", "added_tokens.json"):
+        return FileKind.TOKENIZER, name[: -len(".json")].replace("_", " ")
+    if name == "vocab.json" and all(isinstance(v, int) for v in list(obj.values())[:50]):
+        return FileKind.TOKENIZER, "BPE vocabulary"
+    if name == "generation_config.json":
+        return FileKind.GENERATION_CONFIG, ""
+    if name in ("chat_template.json",) and "chat_template" in obj:
+        return FileKind.CHAT_TEMPLATE, "JSON chat template"
+    if name.endswith(("preprocessor_config.json", "processor_config.json")) or name in (
+        "video_preprocessor_config.json",
+    ):
+        return FileKind.PROCESSOR_CONFIG, ""
+    if "weight_map" in obj:
+        return FileKind.INDEX, "index of another weight set"
+    return FileKind.UNKNOWN, "JSON of unknown purpose"
+
+
+def _classify(rel: str, path: Path, auto_map_files: set[str], shard_paths: set[str]) -> tuple[FileKind, str]:
+    name = PurePosixPath(rel).name
+    lower = name.lower()
+    if rel == "config.json":
+        return FileKind.CONFIG, ""
+    if rel in SIDE_QUANT_FILES:
+        return FileKind.QUANT_CONFIG, "side file"
+    if rel == INDEX_NAME:
+        return FileKind.INDEX, ""
+    if rel in shard_paths:
+        return FileKind.WEIGHTS, "safetensors shard"
+    if lower.endswith(".safetensors"):
+        return FileKind.WEIGHTS, "safetensors file not referenced by the index (loaders ignore it)"
+    if lower.endswith(".json"):
+        return _classify_json(name, path)
+    if lower.endswith(".jinja"):
+        return FileKind.CHAT_TEMPLATE, ""
+    if lower.endswith(".py"):
+        if rel in auto_map_files:
+            return FileKind.CUSTOM_CODE, "referenced by auto_map (not executed)"
+        return FileKind.CUSTOM_CODE, "Python file not referenced by auto_map (not executed)"
+    if lower.endswith(".model") or lower.endswith(".spm"):
+        if _looks_like_sentencepiece(path):
+            return FileKind.TOKENIZER, "SentencePiece model"
+        return FileKind.UNKNOWN, ".model file that is not a SentencePiece model"
+    if lower in ("merges.txt",):
+        return FileKind.TOKENIZER, "BPE merges"
+    if lower in ("vocab.txt", "spiece.vocab") or lower.endswith(".tiktoken"):
+        return FileKind.TOKENIZER, "vocabulary"
+    if lower.endswith((".bin", ".pt", ".pth", ".ckpt", ".gguf", ".h5", ".msgpack", ".npz")):
+        try:
+            with open(path, "rb") as fh:
+                magic = fh.read(4)
+        except OSError:
+            magic = b""
+        if magic[:2] == b"PK":
+            return FileKind.OTHER_WEIGHTS, "PyTorch zip archive (not read; safetensors is used)"
+        if magic == b"GGUF":
+            return FileKind.OTHER_WEIGHTS, "GGUF file (not read)"
+        return FileKind.UNKNOWN, "binary file of unknown format"
+    if lower.startswith(("readme", "license", "licence", "notice", "use_policy")) or lower.endswith(
+        (".md", ".txt", ".rst", ".pdf", ".png", ".jpg", ".jpeg", ".gif", ".svg")
+    ):
+        return FileKind.DOCUMENTATION, ""
+    return FileKind.UNKNOWN, ""
+
+
+def _safe_relpath(root: Path, rel: str, index_path: Path) -> str:
+    """An index entry must name a file inside the model directory."""
+    p = PurePosixPath(rel)
+    if p.is_absolute() or rel.startswith("\\") or (len(rel) > 1 and rel[1] == ":"):
+        raise IndexConsistencyError(index_path, f"shard path {rel!r} is absolute")
+    if ".." in p.parts:
+        raise IndexConsistencyError(index_path, f"shard path {rel!r} escapes the model directory")
+    return str(p)
+
+
+def open_source(root: str | Path) -> ModelSource:
+    """Read a model directory. Raises :class:`InputError` with file and problem on bad input."""
+    root = Path(root)
+    if not root.exists():
+        raise InputError(root, "model directory not found")
+    if not root.is_dir():
+        raise InputError(root, "not a directory")
+    warnings: list[str] = []
+
+    config_path = root / "config.json"
+    config = _load_json(config_path, "config.json")
+    if not isinstance(config, dict):
+        raise InputError(config_path, "config.json must hold a JSON object")
+    nested = {k: v for k, v in config.items() if k in NESTED_CONFIG_KEYS and isinstance(v, dict)}
+
+    side_quant: dict[str, dict] = {}
+    for name in SIDE_QUANT_FILES:
+        p = root / name
+        if p.exists():
+            obj = _load_json(p, name)
+            if not isinstance(obj, dict):
+                raise InputError(p, f"{name} must hold a JSON object")
+            side_quant[name] = obj
+
+    # --- shards: from the index when there is one, else every *.safetensors at the top
+    index = None
+    index_path = root / INDEX_NAME
+    if index_path.exists():
+        index = _load_json(index_path, INDEX_NAME)
+        if not isinstance(index, dict) or not isinstance(index.get("weight_map"), dict):
+            raise IndexConsistencyError(index_path, "index has no weight_map object")
+        weight_map: dict[str, str] = {}
+        for tname, rel in index["weight_map"].items():
+            if not isinstance(rel, str):
+                raise IndexConsistencyError(index_path, f"weight_map entry {tname!r} is not a file name")
+            weight_map[tname] = _safe_relpath(root, rel, index_path)
+        shard_names = sorted(set(weight_map.values()))
+    else:
+        weight_map = {}
+        shard_names = sorted(
+            p.name for p in root.iterdir() if p.name.endswith(".safetensors") and (p.is_file())
+        )
+
+    shards: dict[str, SafetensorsHeader] = {}
+    for rel in shard_names:
+        p = root / rel
+        if not p.exists():
+            if p.is_symlink():
+                raise InputError(p, f"shard is a broken symlink (-> {os.readlink(p)})")
+            raise IndexConsistencyError(index_path, f"shard {rel!r} listed in the index is missing")
+        shards[rel] = read_header(p)
+
+    tensor_shard: dict[str, str] = {}
+    for rel, header in shards.items():
+        for tname in header.tensors:
+            if tname in tensor_shard:
+                raise InputError(
+                    root / rel,
+                    f"tensor {tname!r} also appears in {tensor_shard[tname]} (duplicate across shards)",
+                )
+            tensor_shard[tname] = rel
+
+    if index is not None:
+        for tname, rel in weight_map.items():
+            if tensor_shard.get(tname) != rel:
+                where = tensor_shard.get(tname)
+                hint = f" (it is in {where})" if where else ""
+                raise IndexConsistencyError(
+                    index_path, f"tensor {tname!r} is mapped to {rel} but that shard does not hold it{hint}"
+                )
+        extra = [t for t in tensor_shard if t not in weight_map]
+        if extra:
+            raise IndexConsistencyError(
+                root / tensor_shard[extra[0]],
+                f"tensor {extra[0]!r} is in the shard but not in the index weight_map"
+                + (f" ({len(extra) - 1} more)" if len(extra) > 1 else ""),
+            )
+        meta = index.get("metadata")
+        total = meta.get("total_size") if isinstance(meta, dict) else None
+        actual = sum(h.data_bytes for h in shards.values())
+        if total is None:
+            warnings.append(f"{INDEX_NAME}: metadata.total_size is missing")
+        elif type(total) is not int:
+            warnings.append(f"{INDEX_NAME}: metadata.total_size is {total!r}, not an integer (ignored)")
+        elif total != actual:
+            raise IndexConsistencyError(
+                index_path, f"metadata.total_size is {total} but the shards hold {actual} tensor bytes"
+            )
+
+    # --- every file in the directory, classified
+    tok_cfg: dict = {}
+    try:
+        tc = json.loads((root / "tokenizer_config.json").read_text(encoding="utf-8"))
+        tok_cfg = tc if isinstance(tc, dict) else {}
+    except (OSError, ValueError, UnicodeDecodeError):
+        pass
+    auto_map_files = _auto_map_modules(config, tok_cfg, *nested.values())
+    files: list[SourceFile] = []
+    shard_set = set(shards)
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        for fname in sorted(filenames):
+            if fname.startswith("."):
+                continue
+            p = Path(dirpath) / fname
+            rel = p.relative_to(root).as_posix()
+            link = os.readlink(p) if p.is_symlink() else None
+            try:
+                size = p.stat().st_size
+            except FileNotFoundError:
+                warnings.append(f"{rel}: broken symlink (-> {link})")
+                files.append(SourceFile(rel, FileKind.UNKNOWN, 0, "broken symlink", link))
+                continue
+            kind, detail = _classify(rel, p, auto_map_files, shard_set)
+            files.append(SourceFile(rel, kind, size, detail, link))
+    for module in sorted(auto_map_files):
+        if not (root / module).exists():
+            warnings.append(f"auto_map refers to {module}, which is not in the directory")
+    for f in files:
+        if f.kind is FileKind.WEIGHTS and f.path not in shard_set:
+            warnings.append(f"{f.path}: safetensors file not referenced by the index; loaders ignore it")
+
+    if not shards:
+        warnings.append("no safetensors weights: a config-only directory (dummy load only)")
+
+    return ModelSource(
+        root=root,
+        config=config,
+        nested_configs=nested,
+        side_quant_configs=side_quant,
+        index=index,
+        shards=shards,
+        tensor_shard=tensor_shard,
+        files=files,
+        warnings=warnings,
+    )

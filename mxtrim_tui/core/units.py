@@ -1,0 +1,33 @@
+"""Byte formatting shared by the CLI, the TUI and reports."""
+
+
+def human_bytes(n: int | float) -> str:
+    """Binary units: 1536 -> '1.50 KiB', 688e9 -> '641 GiB'."""
+    n = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            if unit == "B":
+                return f"{int(n)} B"
+            if abs(n) < 10:
+                return f"{n:.2f} {unit}"
+            if abs(n) < 100:
+                return f"{n:.1f} {unit}"
+            return f"{n:.0f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
+
+
+def index_ranges(idx) -> str:
+    """[0, 1, 2, 5, 7, 8] -> '0-2,5,7-8'."""
+    out, start, prev = [], None, None
+    for i in sorted(idx):
+        if start is None:
+            start = prev = i
+        elif i == prev + 1:
+            prev = i
+        else:
+            out.append(f"{start}" if start == prev else f"{start}-{prev}")
+            start = prev = i
+    if start is not None:
+        out.append(f"{start}" if start == prev else f"{start}-{prev}")
+    return ",".join(out)

@@ -1,0 +1,120 @@
+"""Rich rendering of an Inventory for ``mxtrim inspect`` (the TUI has its own widgets)."""
+
+from __future__ import annotations
+
+from rich.console import Console, Group as RichGroup
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from .core.inventory import Inventory
+from .core.source import FileKind
+from .core.units import human_bytes, index_ranges
+
+PALETTE = (
+    "bright_blue", "bright_magenta", "bright_green", "bright_yellow", "bright_cyan", "bright_red",
+    "blue", "magenta", "green", "yellow", "cyan", "red",
+)
+
+
+def group_style(group_id: int) -> str:
+    return PALETTE[group_id % len(PALETTE)]
+
+
+def layer_strip(inv: Inventory, submodel: str, width: int = 64) -> Text:
+    sm = inv.submodels[submodel]
+    text = Text()
+    for n, layer in enumerate(sm.layers):
+        if n and n % width == 0:
+            text.append("\n")
+        g = inv.groups[layer.group]
+        text.append(g.symbol, style=f"bold {group_style(g.id)}")
+    return text
+
+
+def render_inventory(inv: Inventory, console: Console) -> None:
+    src = inv.source
+    head = Table.grid(padding=(0, 2))
+    head.add_column(style="bold")
+    head.add_column()
+    head.add_row("model", inv.model_name)
+    head.add_row("family", f"{inv.family.display} [dim]({inv.family.key})[/]")
+    head.add_row("architecture", ", ".join(src.architectures) or "—")
+    head.add_row("model_type", src.model_type or "—")
+    head.add_row(
+        "weights",
+        f"{human_bytes(inv.total_bytes)} ({inv.total_bytes:,} B) in {inv.total_tensors:,} tensors, "
+        f"{len(src.shards)} shard(s){' + index' if src.index is not None else ''}",
+    )
+    head.add_row("quantization", inv.quantization.summary() + f" [dim]from {inv.quantization.location}[/]" if inv.quantization else "none")
+    console.print(Panel(head, title=f"[b]{src.root}[/]", expand=False))
+
+    subs = Table(title="Submodels", title_justify="left", expand=False)
+    for col in ("submodel", "role", "layers (config / checkpoint)", "tensors", "bytes", "layer types"):
+        subs.add_column(col, justify="right" if col in ("tensors", "bytes") else "left")
+    for sm in inv.submodels.values():
+        declared = "—" if sm.declared_depth is None else str(sm.declared_depth)
+        subs.add_row(
+            sm.name,
+            sm.role + (f" [dim]({sm.config_path})[/]" if sm.config_path else ""),
+            f"{declared} / {len(sm.layers)}",
+            f"{sm.tensor_count:,}",
+            human_bytes(sm.nbytes),
+            layer_strip(inv, sm.name),
+        )
+    console.print(subs)
+
+    groups = Table(title="Layer types (groups of equal signature)", title_justify="left", expand=False)
+    for col in ("", "submodel", "attention", "mlp", "special modules", "weights", "count", "layers", "bytes"):
+        groups.add_column(col, justify="right" if col in ("count", "bytes") else "left")
+    for g in inv.groups:
+        k = g.kind
+        mlp = f"{k.mlp} ×{k.experts}" if k.experts else k.mlp
+        groups.add_row(
+            Text(g.symbol, style=f"bold {group_style(g.id)}"),
+            g.submodel,
+            k.attention,
+            mlp,
+            ", ".join(k.special) or "—",
+            "/".join(k.weight_dtypes) or "—",
+            str(len(g.layers)),
+            index_ranges(g.layers),
+            human_bytes(g.nbytes),
+        )
+    console.print(groups)
+
+    parts = Table(title="Non-layer tensors", title_justify="left", expand=False)
+    for col in ("submodel", "part", "tensors", "bytes"):
+        parts.add_column(col, justify="right" if col in ("tensors", "bytes") else "left")
+    for p in inv.shared:
+        parts.add_row("shared", p.label, str(len(p.tensors)), human_bytes(p.nbytes))
+    for sm in inv.submodels.values():
+        for p in sm.parts:
+            parts.add_row(sm.name, p.label, str(len(p.tensors)), human_bytes(p.nbytes))
+    if parts.row_count:
+        console.print(parts)
+
+    assets = Table(title="Files", title_justify="left", expand=False)
+    for col in ("kind", "files"):
+        assets.add_column(col)
+    by_kind: dict[FileKind, list[str]] = {}
+    for f in src.files:
+        if f.kind is FileKind.WEIGHTS and f.path in src.shards:
+            continue
+        label = f.path + (f" → {f.symlink_target}" if f.symlink_target else "")
+        if f.detail:
+            label += f" [dim]({f.detail})[/]"
+        by_kind.setdefault(f.kind, []).append(label)
+    if src.shards:
+        by_kind.setdefault(FileKind.WEIGHTS, []).insert(0, f"{len(src.shards)} safetensors shard(s)")
+    for kind, items in by_kind.items():
+        style = "bold red" if kind is FileKind.CUSTOM_CODE else ""
+        assets.add_row(Text(kind.value, style=style), "\n".join(items[:12]) + (f"\n… {len(items) - 12} more" if len(items) > 12 else ""))
+    console.print(assets)
+    if src.custom_code_present:
+        console.print("[bold red]custom code present[/] — listed only, never executed")
+
+    if inv.unassigned:
+        console.print(f"[yellow]{len(inv.unassigned)} unassigned tensor(s):[/] " + ", ".join(inv.unassigned[:5]))
+    if inv.warnings:
+        console.print(RichGroup(*[Text("⚠ " + w, style="yellow") for w in inv.warnings]))
