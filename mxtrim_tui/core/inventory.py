@@ -14,6 +14,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from itertools import groupby
+from operator import itemgetter, methodcaller
+from operator import sub as minus
 
 from .families import family_for
 from .families.base import (
@@ -34,8 +37,19 @@ from .families.base import (
     first_int,
 )
 from .quant import Quantization, detect_quantization
-from .source import ModelSource
+from .source import ModelSource, gc_paused
 from .units import index_ranges
+
+_FIRST = itemgetter(0)
+_THIRD = itemgetter(2)
+_REST_ENTRY = itemgetter(1, 2)
+_LAYER_KEY = methodcaller("group", 1, 2)
+_REST = methodcaller("group", 3)
+_SECOND = itemgetter(1)
+_DTYPE = itemgetter(1)
+_SHAPE = itemgetter(2)
+_BEGIN = itemgetter(3)
+_END = itemgetter(4)
 
 # ---------------------------------------------------------------------------------------
 SCALE_SUFFIXES = (
@@ -412,6 +426,11 @@ def _collapse_module(rest: str) -> str:
 
 # ---------------------------------------------------------------------------------------
 def build_inventory(source: ModelSource) -> Inventory:
+    with gc_paused():
+        return _build_inventory(source)
+
+
+def _build_inventory(source: ModelSource) -> Inventory:
     config = source.config
     fam = family_for(config)
     warnings: list[str] = []
@@ -434,9 +453,9 @@ def build_inventory(source: ModelSource) -> Inventory:
     if not fam.stacks and mtp_n and any(n.startswith("mtp.layers.") for n in names):
         mtp_prefixes = ("mtp.layers.",)
     all_prefixes = sorted(set(prefix_owner) | set(mtp_prefixes), key=len, reverse=True)
-    splitter = re.compile(
-        "^(" + "|".join(re.escape(p) for p in all_prefixes) + r")(\d+)\.(.+)$" if all_prefixes else r"^\b\B$"
-    )
+    alternation = "|".join(re.escape(p) for p in all_prefixes) if all_prefixes else r"(?!x)x"
+    # Matches every name: group 1/2 = layer prefix and number (None for non-layer tensors).
+    splitter = re.compile(r"^(?:(" + alternation + r")(\d+)\.)?(.+)$", re.DOTALL)
 
     # --- submodels
     submodels: dict[str, Submodel] = {}
@@ -455,43 +474,41 @@ def build_inventory(source: ModelSource) -> Inventory:
     stack_of = {st.submodel: st for st in stacks}
 
     # --- assign tensors
-    layer_tensors: dict[tuple[str, int], list[tuple[str, str]]] = {}  # (submodel, stored idx) -> [(name, rest)]
+    layer_tensors: dict[tuple[str, int], list] = {}  # (submodel, stored idx) -> [(rest, info)]
     layer_prefix: dict[tuple[str, int], str] = {}
-    leftovers: list[str] = []
+    leftovers: list = []
     text_depth = depth.get("text")
-    for name in names:
-        m = splitter.match(name)
-        if m is None:
-            leftovers.append(name)
-            continue
-        prefix, idx_s, rest = m.groups()
-        idx = int(idx_s)
-        if prefix in mtp_prefixes:
-            sub = "mtp"
-            submodels.setdefault("mtp", Submodel("mtp", "MTP / draft heads", "", mtp_n))
-        else:
-            sub = prefix_owner[prefix].submodel
-            if (
-                sub == "text"
-                and fam.mtp is not None
-                and fam.mtp.style == "absolute"
-                and text_depth is not None
-                and idx >= text_depth
-            ):
+    absolute_mtp = fam.mtp is not None and fam.mtp.style == "absolute" and text_depth is not None
+    match = splitter.match
+    sub_of_prefix = {p: ("mtp" if p in mtp_prefixes else prefix_owner[p].submodel) for p in all_prefixes}
+    # Names of one layer are (almost always) adjacent in a header, so the per-tensor work
+    # runs as C-level map/groupby and Python only runs once per run of one layer.
+    for header in source.shards.values():
+        ms = list(map(match, header.names))
+        keys = map(_LAYER_KEY, ms)
+        rests = map(_REST, ms)
+        for (prefix, idx_s), run in groupby(zip(keys, rests, header.entries()), key=_FIRST):
+            if prefix is None:
+                leftovers.extend(map(_THIRD, run))
+                continue
+            idx = int(idx_s)
+            sub = sub_of_prefix[prefix]
+            if absolute_mtp and sub == "text" and idx >= text_depth:
                 sub = "mtp"
-                submodels.setdefault("mtp", Submodel("mtp", "MTP / draft heads", "", mtp_n))
-        key = (sub, idx)
-        bucket = layer_tensors.get(key)
-        if bucket is None:
-            bucket = layer_tensors[key] = []
-            layer_prefix[key] = prefix
-        bucket.append((name, rest))
+            key = (sub, idx)
+            bucket = layer_tensors.get(key)
+            if bucket is None:
+                bucket = layer_tensors[key] = []
+                layer_prefix[key] = prefix
+            bucket.extend(map(_REST_ENTRY, run))
+    if any(k[0] == "mtp" for k in layer_tensors):
+        submodels.setdefault("mtp", Submodel("mtp", "MTP / draft heads", "", mtp_n))
 
     # --- non-layer tensors
     shared_parts: dict[tuple[str, str], Part] = {}
     unassigned: list[str] = []
     mtp_shared = fam.mtp.shared_prefixes if fam.mtp and fam.mtp.style == "relative" else ()
-    for name in leftovers:
+    for name, _, _, begin, end in leftovers:
         label = None
         owner = "shared"
         for p in mtp_shared:
@@ -514,9 +531,12 @@ def build_inventory(source: ModelSource) -> Inventory:
         if part is None:
             part = shared_parts[(owner, label)] = Part(owner, label)
         part.tensors.append(name)
-        part.nbytes += source.tensor(name).nbytes
+        part.nbytes += end - begin
+    if any(o == "mtp" for o, _ in shared_parts):
+        submodels.setdefault("mtp", Submodel("mtp", "MTP / draft heads", "", mtp_n))
 
-    # --- build layers
+    # --- build layers (layers with the same tensor set share one analysis)
+    memo: dict = {}
     for (sub, stored), items in sorted(layer_tensors.items(), key=lambda kv: (kv[0][0], kv[0][1])):
         sm = submodels[sub]
         prefix = layer_prefix[(sub, stored)]
@@ -524,7 +544,7 @@ def build_inventory(source: ModelSource) -> Inventory:
             index = stored - (text_depth or 0)
         else:
             index = stored
-        layer = _make_layer(source, fam, stack_of.get(sub), st_cfg.get(sub, text_cfg), sub, index, stored, prefix, items, quantized)
+        layer = _make_layer(fam, stack_of.get(sub), st_cfg.get(sub, text_cfg), sub, index, stored, prefix, items, quantized, memo)
         sm.layers.append(layer)
 
     # Layers the config declares but the checkpoint lacks (config-only directories) are still
@@ -550,7 +570,7 @@ def build_inventory(source: ModelSource) -> Inventory:
                 if i not in have:
                     stored = i + (text_depth or 0) if sub == "mtp" and fam.mtp and fam.mtp.style == "absolute" else i
                     prefix = (st.prefixes[0] if st else (fam.mtp.prefixes[0] if fam.mtp and fam.mtp.prefixes else (text_stack.prefixes[0] if text_stack else "layers.")))
-                    sm.layers.append(_make_layer(source, fam, st, cfg, sub, i, stored, prefix, [], quantized))
+                    sm.layers.append(_make_layer(fam, st, cfg, sub, i, stored, prefix, [], quantized, memo))
             sm.layers.sort(key=lambda l: l.index)
     mtp_sm = submodels.get("mtp")
     if mtp_sm is not None and source.shards:
@@ -570,10 +590,9 @@ def build_inventory(source: ModelSource) -> Inventory:
         for e in quant.entries:
             if e.is_regex:
                 continue
-            m = splitter.match(e.value + ".")
-            if m is None:
+            prefix, idx_s, _ = splitter.match(e.value + ".").groups()
+            if prefix is None:
                 continue
-            prefix, idx_s, _ = m.groups()
             idx = int(idx_s)
             sub = "mtp" if prefix in mtp_prefixes else prefix_owner[prefix].submodel
             layer = by_key.get((sub, idx)) or by_key.get(("mtp", idx))
@@ -632,11 +651,39 @@ def build_inventory(source: ModelSource) -> Inventory:
     )
 
 
-def _make_layer(source, fam, stack, cfg, sub, index, stored, prefix, items, quantized) -> Layer:
-    rests = [r for _, r in items]
-    infos = [source.tensor(n) for n, _ in items]
-    shapes = [t.shape for t in infos]
-    t_att, t_mlp, t_exp, special = tensor_kinds(rests, shapes) if items else (None, None, None, ())
+def _analyse_tensors(rests: tuple[str, ...], dtypes: tuple[str, ...], shapes: tuple, quantized: bool):
+    """Kinds, weight dtypes, scale count and unquantized modules of one layer's tensors."""
+    t_att, t_mlp, t_exp, special = tensor_kinds(rests, shapes)
+    weight_dtypes: set[str] = set()
+    scales = 0
+    unquant: dict[str, None] = {}
+    for rest, dtype, shape in zip(rests, dtypes, shapes):
+        leaf = rest.rsplit(".", 1)[-1]
+        if leaf in SCALE_SUFFIXES or leaf.endswith("_scales"):
+            scales += 1
+            continue
+        if _is_linear_weight(rest, shape):
+            weight_dtypes.add(dtype)
+            if quantized and dtype in ("BF16", "F16", "F32"):
+                unquant[_collapse_module(rest)] = None
+    return t_att, t_mlp, t_exp, special, tuple(sorted(weight_dtypes)), scales, list(unquant)
+
+
+def _make_layer(fam, stack, cfg, sub, index, stored, prefix, items, quantized, memo) -> Layer:
+    """``items``: [(rest, (name, dtype, shape, begin, end))] of one layer."""
+    rests = tuple(map(_FIRST, items))
+    entries = list(map(_SECOND, items))
+    dtypes = tuple(map(_DTYPE, entries))
+    shapes = tuple(map(tuple, map(_SHAPE, entries)))
+    key = (rests, dtypes, shapes)
+    analysed = memo.get(key)
+    if analysed is None:
+        if items:
+            analysed = _analyse_tensors(rests, dtypes, shapes, quantized)
+        else:
+            analysed = (None, None, None, (), (), 0, [])
+        memo[key] = analysed
+    t_att, t_mlp, t_exp, special, weight_dtypes, scales, unquant = analysed
     if sub == "mtp" and fam.mtp is not None:
         r_att = fam.mtp.attention(cfg, index) if fam.mtp.attention else None
         r_mlp = fam.mtp.mlp(cfg, index) if fam.mtp.mlp else None
@@ -660,30 +707,22 @@ def _make_layer(source, fam, stack, cfg, sub, index, stored, prefix, items, quan
             notes.append(f"config says {cfg_exp} experts but the checkpoint has {t_exp}")
     if att == DSA_SHARED:
         special = tuple(s for s in special if s != "indexer")
+    sizes = list(map(minus, map(_END, entries), map(_BEGIN, entries)))
+    nbytes = sum(sizes)
     dtype_bytes: dict[str, int] = {}
-    weight_dtypes: set[str] = set()
-    scales = 0
-    unquant: dict[str, None] = {}
-    nbytes = 0
-    for rest, t in zip(rests, infos):
-        nbytes += t.nbytes
-        dtype_bytes[t.dtype] = dtype_bytes.get(t.dtype, 0) + t.nbytes
-        leaf = rest.rsplit(".", 1)[-1]
-        if leaf in SCALE_SUFFIXES or leaf.endswith("_scales"):
-            scales += 1
-            continue
-        if _is_linear_weight(rest, t.shape):
-            weight_dtypes.add(t.dtype)
-            if quantized and t.dtype in ("BF16", "F16", "F32"):
-                unquant[_collapse_module(rest)] = None
-    kind = LayerKind(att, mlp, experts, tuple(special), tuple(sorted(weight_dtypes)))
+    if len(set(dtypes)) == 1:
+        dtype_bytes[dtypes[0]] = nbytes
+    else:
+        for dtype, n in zip(dtypes, sizes):
+            dtype_bytes[dtype] = dtype_bytes.get(dtype, 0) + n
+    kind = LayerKind(att, mlp, experts, tuple(special), weight_dtypes)
     return Layer(
         submodel=sub,
         index=index,
         stored_index=stored,
         prefix=prefix,
         kind=kind,
-        tensors=[n for n, _ in items],
+        tensors=list(map(_FIRST, entries)),
         nbytes=nbytes,
         dtype_bytes=dtype_bytes,
         scale_tensors=scales,

@@ -12,8 +12,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass
+from itertools import chain, repeat
+from math import prod
+from operator import itemgetter, mul, sub
 from pathlib import Path
+from typing import NamedTuple
 
 from .errors import SafetensorsFormatError
 
@@ -47,9 +52,11 @@ DTYPE_BITS: dict[str, int] = {
 MAX_HEADER_SIZE = 100_000_000
 
 
-@dataclass(frozen=True, slots=True)
-class TensorInfo:
-    """One tensor entry. ``begin``/``end`` are relative to the data section."""
+class TensorInfo(NamedTuple):
+    """One tensor entry. ``begin``/``end`` are relative to the data section.
+
+    A NamedTuple rather than a dataclass: a DeepSeek-V3 checkpoint has ~92k of them and
+    tuple construction is several times cheaper."""
 
     name: str
     dtype: str
@@ -63,21 +70,47 @@ class TensorInfo:
 
     @property
     def numel(self) -> int:
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n
+        return prod(self.shape)
 
 
-@dataclass(frozen=True, slots=True)
 class SafetensorsHeader:
-    """A validated header. ``tensors`` is ordered by byte offset."""
+    """A validated header, stored as columns (one list per field, in header order).
 
-    path: Path
-    header_size: int
-    file_size: int
-    tensors: dict[str, TensorInfo]
-    metadata: dict[str, str] | None
+    Columns keep validation and inventory of ~92k entries at C speed; :attr:`tensors`
+    (name -> :class:`TensorInfo`) is built on first use; :meth:`by_offset` sorts by offset.
+    """
+
+    __slots__ = ("path", "header_size", "file_size", "metadata", "names", "dtypes", "shapes", "begins", "ends", "_tensors")
+
+    def __init__(self, path, header_size, file_size, metadata, names, dtypes, shapes, begins, ends):
+        self.path = Path(path)
+        self.header_size = header_size
+        self.file_size = file_size
+        self.metadata = metadata
+        self.names: list[str] = names
+        self.dtypes: list[str] = dtypes
+        self.shapes: list[list[int]] = shapes
+        self.begins: list[int] = begins
+        self.ends: list[int] = ends
+        self._tensors: dict[str, TensorInfo] | None = None
+
+    @property
+    def tensors(self) -> dict[str, TensorInfo]:
+        if self._tensors is None:
+            self._tensors = dict(
+                zip(self.names, map(TensorInfo._make, zip(self.names, self.dtypes, map(tuple, self.shapes), self.begins, self.ends)))
+            )
+        return self._tensors
+
+    def entries(self):
+        """Iterate ``(name, dtype, shape, begin, end)`` without building TensorInfo objects."""
+        return zip(self.names, self.dtypes, self.shapes, self.begins, self.ends)
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def by_offset(self) -> list[TensorInfo]:
+        return sorted(self.tensors.values(), key=_BEGIN_END)
 
     @property
     def data_start(self) -> int:
@@ -103,21 +136,103 @@ def _check_shape(path, name, shape) -> tuple[int, ...]:
 
 
 def parse_header_bytes(path: str | Path, raw: bytes, file_size: int) -> SafetensorsHeader:
-    """Validate a header already read from disk (``raw`` = the JSON bytes)."""
+    """Validate a header already read from disk (``raw`` = the JSON bytes).
+
+    A fast path handles well-formed headers with C-level operations where it can; any
+    irregularity sends the header through the exact, entry-by-entry path, which produces
+    the precise error. Both accept exactly the same headers.
+    """
     path = Path(path)
-    header_size = len(raw)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         _fail(path, f"header is not valid UTF-8 ({exc.reason} at byte {exc.start})")
     try:
-        obj = json.loads(text, object_pairs_hook=_no_duplicate_keys(path))
-    except SafetensorsFormatError:
-        raise
+        obj = json.loads(text)
     except ValueError as exc:
         _fail(path, f"header is not valid JSON ({exc})")
     if not isinstance(obj, dict):
         _fail(path, f"header must be a JSON object, got {type(obj).__name__}")
+    fast = _parse_fast(path, text, obj, len(raw), file_size)
+    if fast is not None:
+        return fast
+    return _parse_exact(path, text, len(raw), file_size)
+
+
+def _parse_fast(path, text, obj, header_size, file_size):
+    """Return the header, or None when anything needs the exact path's scrutiny."""
+    # Duplicate keys vanish in json.loads; every entry has exactly one "dtype" key, so a
+    # count mismatch (or a name that mentions it) defers to the exact path.
+    metadata = obj.pop("__metadata__", None)
+    if text.count('"dtype"') != len(obj):
+        return None
+    if metadata is not None and not (
+        type(metadata) is dict and all(type(k) is str and type(v) is str for k, v in metadata.items())
+    ):
+        return None
+    # Negative numbers or booleans anywhere make prod() lie; let the exact path judge.
+    if "-" in text and _NEGATIVE.search(text):
+        return None
+    if "true" in text or "false" in text:
+        return None
+    try:
+        infos = list(obj.values())
+        dtypes = list(map(_DTYPE, infos))
+        shapes = list(map(_SHAPE, infos))
+        offsets = list(map(_OFFSETS, infos))
+        begins = list(map(_FIRST, offsets))
+        ends = list(map(_SECOND, offsets))
+        bits = list(map(DTYPE_BITS.__getitem__, dtypes))
+        nbits = list(map(mul, map(prod, shapes), bits))
+    except (TypeError, KeyError, IndexError):
+        return None
+    # prod() of a shape holding a float is a float; offsets must be plain ints; lists of
+    # more than two offsets are caught by the length check on the offsets' types below.
+    if (
+        not _only(map(type, shapes), list)
+        or not _only(map(type, nbits), int)
+        or not _only(map(type, begins), int)
+        or not _only(map(type, ends), int)
+        or not _only(map(len, offsets), 2)
+        or list(map(mul, map(sub, ends, begins), repeat(8))) != nbits
+    ):
+        return None
+    # Sorted (begin, end) pairs must chain 0 -> end of file with no gap or overlap:
+    # flat = [b0, e0, b1, e1, ...], so e_i == b_{i+1} is flat[1:-1:2] == flat[2::2].
+    flat = list(chain.from_iterable(sorted(zip(begins, ends))))
+    data = file_size - 8 - header_size
+    if flat:
+        if flat[0] != 0 or flat[-1] != data or flat[1:-1:2] != flat[2::2]:
+            return None
+    elif data != 0:
+        return None
+    return SafetensorsHeader(path, header_size, file_size, metadata, list(obj), dtypes, shapes, begins, ends)
+
+
+def _only(values, expected) -> bool:
+    """True when every value equals ``expected`` (types or small ints), at C speed."""
+    return set(values) <= {expected}
+
+
+_DTYPE = itemgetter("dtype")
+_SHAPE = itemgetter("shape")
+_OFFSETS = itemgetter("data_offsets")
+_FIRST = itemgetter(0)
+_SECOND = itemgetter(1)
+_BEGIN = itemgetter(3)
+_BEGIN_END = itemgetter(3, 4)
+_END = itemgetter(4)
+_NEGATIVE = re.compile(r"[\[,]\s*-")
+
+
+def _parse_exact(path: Path, text: str, header_size: int, file_size: int) -> SafetensorsHeader:
+    """Entry-by-entry validation with precise errors (the reference rules)."""
+    try:
+        obj = json.loads(text, object_pairs_hook=_no_duplicate_keys(path))
+    except SafetensorsFormatError:
+        raise
+    except ValueError as exc:  # pragma: no cover - already parsed once
+        _fail(path, f"header is not valid JSON ({exc})")
 
     metadata = obj.pop("__metadata__", None)
     if metadata is not None:
@@ -139,8 +254,7 @@ def parse_header_bytes(path: str | Path, raw: bytes, file_size: int) -> Safetens
         bits = DTYPE_BITS.get(dtype) if isinstance(dtype, str) else None
         if bits is None:
             _fail(path, f"unknown dtype {dtype!r}", name)
-        if type(shape) is not list or any(type(d) is not int or d < 0 for d in shape):
-            _check_shape(path, name, shape)
+        _check_shape(path, name, shape)
         if (
             type(offsets) is not list
             or len(offsets) != 2
@@ -151,10 +265,7 @@ def parse_header_bytes(path: str | Path, raw: bytes, file_size: int) -> Safetens
         begin, end = offsets
         if begin < 0 or end < begin:
             _fail(path, f"data_offsets [{begin}, {end}] are not an ordered non-negative range", name)
-        numel = 1
-        for d in shape:
-            numel *= d
-        nbits = numel * bits
+        nbits = prod(shape) * bits
         if nbits % 8:
             _fail(
                 path,
@@ -170,15 +281,15 @@ def parse_header_bytes(path: str | Path, raw: bytes, file_size: int) -> Safetens
             )
         entries.append((begin, end, name, dtype, shape))
 
+    names = [e[2] for e in entries]
+    columns = ([e[3] for e in entries], [e[4] for e in entries], [e[0] for e in entries], [e[1] for e in entries])
     entries.sort()
-    tensors: dict[str, TensorInfo] = {}
     expected = 0
     for begin, end, name, dtype, shape in entries:
         if begin != expected:
             if begin > expected:
                 _fail(path, f"gap: data starts at {begin}, previous tensor ended at {expected}", name)
             _fail(path, f"overlap: data starts at {begin}, previous tensor ended at {expected}", name)
-        tensors[name] = TensorInfo(name, dtype, tuple(shape), begin, end)
         expected = end
 
     covered = 8 + header_size + expected
@@ -193,7 +304,7 @@ def parse_header_bytes(path: str | Path, raw: bytes, file_size: int) -> Safetens
             path,
             f"file is truncated: tensors need {covered} bytes, the file has {file_size}",
         )
-    return SafetensorsHeader(path, header_size, file_size, tensors, metadata)
+    return SafetensorsHeader(path, header_size, file_size, metadata, names, *columns)
 
 
 def _no_duplicate_keys(path):

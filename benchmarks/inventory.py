@@ -1,0 +1,97 @@
+"""Inventory speed on a DeepSeek-V3-shaped sparse checkpoint (full-size headers, no data).
+
+Compares, in one run on the same files (page cache warm for all three):
+  * baseline ``json-loop``: a bare loop that reads every shard's header and ``json.loads`` it;
+  * ``safe_open``: ``safetensors.safe_open`` opening every shard and listing its keys;
+  * ``mxtrim``: ``open_source`` + ``build_inventory`` (strict validation of every header,
+    index cross-check, file classification, layer kinds, groups, quantization).
+
+Usage: python benchmarks/inventory.py [--repeat N] [--dir PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import struct
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from mxtrim_tui.core.inventory import build_inventory  # noqa: E402
+from mxtrim_tui.core.source import open_source  # noqa: E402
+from mxtrim_tui.synth.checkpoint import write_checkpoint  # noqa: E402
+from mxtrim_tui.synth.layouts.deepseek import deepseek_v3  # noqa: E402
+
+
+def ensure_checkpoint(path: Path) -> Path:
+    marker = path / ".complete"
+    if not marker.exists():
+        import shutil
+
+        shutil.rmtree(path, ignore_errors=True)
+        write_checkpoint(path, deepseek_v3(), data="sparse", tokenizer=True)
+        marker.write_text("ok")
+    return path
+
+
+def json_loop(root: Path) -> int:
+    n = 0
+    for shard in sorted(root.glob("*.safetensors")):
+        with open(shard, "rb") as fh:
+            (size,) = struct.unpack("<Q", fh.read(8))
+            n += len(json.loads(fh.read(size)))
+    return n
+
+
+def safe_open_loop(root: Path) -> int:
+    from safetensors import safe_open
+
+    n = 0
+    for shard in sorted(root.glob("*.safetensors")):
+        with safe_open(str(shard), framework="numpy") as f:
+            n += len(list(f.keys()))
+    return n
+
+
+def mxtrim_inventory(root: Path) -> int:
+    inv = build_inventory(open_source(root))
+    return inv.total_tensors
+
+
+def measure(fn, root, repeat):
+    fn(root)  # warm-up (page cache, imports)
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        result = fn(root)
+        times.append(time.perf_counter() - t0)
+    return min(times), statistics.median(times), result
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repeat", type=int, default=7)
+    ap.add_argument("--dir", type=Path, default=ROOT / ".bench" / "deepseek-v3-sparse")
+    args = ap.parse_args()
+    root = ensure_checkpoint(args.dir)
+    shards = len(list(root.glob("*.safetensors")))
+    disk = sum(p.stat().st_blocks * 512 for p in root.iterdir() if p.is_file())
+    logical = sum(p.stat().st_size for p in root.iterdir() if p.is_file())
+    print(f"checkpoint: {root}  shards={shards}  logical={logical / 2**30:.1f} GiB  on disk={disk / 2**20:.1f} MiB")
+    rows = []
+    for name, fn in (("json-loop (baseline)", json_loop), ("safe_open", safe_open_loop), ("mxtrim inventory", mxtrim_inventory)):
+        best, med, n = measure(fn, root, args.repeat)
+        rows.append((name, best, med, n))
+    base = rows[0][1]
+    print(f"{'method':24} {'best s':>8} {'median s':>9} {'tensors':>8} {'× baseline':>11}")
+    for name, best, med, n in rows:
+        print(f"{name:24} {best:8.3f} {med:9.3f} {n:8d} {best / base:11.2f}")
+
+
+if __name__ == "__main__":
+    main()
