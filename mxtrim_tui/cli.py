@@ -25,10 +25,10 @@ def _parser() -> argparse.ArgumentParser:
     ins.add_argument("source", metavar="SRC", help="Hugging Face-layout model directory")
     ins.add_argument("--json", action="store_true", help="print the inventory as JSON (schema mxtrim.inventory/1)")
     ins.add_argument("--tensors", action="store_true", help="with --json: list every tensor name per layer/part")
-    ins.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
+    ins.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
 
     demo = sub.add_parser("demo", help="build the bundled demo model (if needed) and print its path")
-    demo.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
+    demo.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     return p
 
 

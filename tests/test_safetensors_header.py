@@ -193,3 +193,68 @@ def test_sparse_file_reads_without_touching_data(tmp_path):
     h = read_header(p)
     assert h.file_size == size and h.tensors["big"].nbytes == 2 * 32768 * 32768
     assert p.stat().st_blocks * 512 < 1_000_000  # the 2 GiB tensor costs no disk
+
+
+def test_fast_path_accepts_exactly_what_the_exact_path_accepts(tmp_path):
+    """Seeded mutation fuzz: whenever the reference-rule path rejects a header, the fast
+    path must have deferred to it (returned None); when both accept, they agree."""
+    import random
+
+    from mxtrim_tui.core.safetensors_io import _parse_exact, _parse_fast
+
+    rng = random.Random(1234)
+    dtypes = list(DTYPE_BITS)
+    checked = rejected = 0
+    for case in range(400):
+        n = rng.randint(0, 6)
+        header, off = {}, 0
+        for i in range(n):
+            dt = rng.choice(dtypes)
+            shape = [rng.randint(0, 4) * 2 for _ in range(rng.randint(0, 3))] or []
+            size = tensor_bytes(dt, shape)
+            header[f"t{i}"] = entry(dt, shape, off, off + size)
+            off += size
+        data_size = off
+        mutation = rng.randint(0, 9)
+        names = list(header)
+        if names and mutation == 1:
+            header[rng.choice(names)]["shape"].append(rng.choice([-2, 1.0, True, 3]))
+        elif names and mutation == 2:
+            e = header[rng.choice(names)]["data_offsets"]
+            e[rng.randint(0, 1)] += rng.choice([-1, 1])
+        elif names and mutation == 3:
+            header[rng.choice(names)]["data_offsets"].append(0)
+        elif names and mutation == 4:
+            header[rng.choice(names)]["dtype"] = "Q8"
+        elif names and mutation == 5:
+            header[rng.choice(names)]["data_offsets"][0] = float(header[names[0]]["data_offsets"][0])
+        elif mutation == 6:
+            data_size += rng.choice([-1, 1, 8])
+        elif names and mutation == 7:
+            a = rng.choice(names)
+            header[a]["data_offsets"] = [0, header[a]["data_offsets"][1] - header[a]["data_offsets"][0]]
+        elif mutation == 8:
+            header["__metadata__"] = rng.choice([{"a": "b"}, {"a": 1}, ["x"]])
+        text = json.dumps(header)
+        file_size = 8 + len(text) + max(data_size, 0)
+        path = tmp_path / f"case{case}.safetensors"
+        try:
+            exact = _parse_exact(path, text, len(text), file_size)
+        except SafetensorsFormatError:
+            exact = None
+        obj = json.loads(text)
+        fast = _parse_fast(path, text, obj, len(text), file_size) if isinstance(obj, dict) else None
+        if exact is None:
+            rejected += 1
+            assert fast is None, (case, text)
+        elif fast is not None:
+            checked += 1
+            assert fast.tensors == exact.tensors and fast.metadata == exact.metadata
+    assert checked > 100 and rejected > 100
+
+
+def tensor_bytes(dtype, shape):
+    n = 1
+    for d in shape:
+        n *= d
+    return n * DTYPE_BITS[dtype] // 8

@@ -599,6 +599,11 @@ def _build_inventory(source: ModelSource) -> Inventory:
             if layer is not None:
                 layer.quant_ignored.append(e.value)
 
+    # A stack the family knows but this model lacks (Gemma 3 text-only has no vision tower).
+    for name in [n for n, sm in submodels.items() if not sm.layers and not sm.parts and not sm.declared_depth]:
+        if not any(o == name for o, _ in shared_parts):
+            del submodels[name]
+
     for (owner, _), part in shared_parts.items():
         if owner in submodels and owner != "shared":
             submodels[owner].parts.append(part)

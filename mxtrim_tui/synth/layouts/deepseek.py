@@ -102,6 +102,16 @@ def pick(value, default):
     return default if value is None else value
 
 
+def heads_for(hidden: int, full_heads: int, full_hidden: int) -> int:
+    """Attention heads for a scaled hidden size: the released count scaled down, then lowered to
+    a divisor of ``hidden`` (transformers validates ``hidden_size % num_attention_heads`` even
+    for MLA models)."""
+    if hidden == full_hidden:
+        return full_heads
+    want = scaled(full_heads, hidden, full_hidden, 1)
+    return max(d for d in range(1, want + 1) if hidden % d == 0)
+
+
 def set_existing(config: dict, **values) -> None:
     """Overwrite keys that the released config has, keeping its key order; a key it lacks is a
     bug in the caller, not something to add silently."""
@@ -109,6 +119,25 @@ def set_existing(config: dict, **values) -> None:
         if key not in config:
             raise KeyError(f"config has no {key!r}")
         config[key] = value
+
+
+def fit_token_ids(config: dict, full_vocab: int, vocab: int) -> None:
+    """A scaled vocabulary must still contain the special token ids (transformers rejects a
+    ``pad_token_id`` outside the embedding). Ids that no longer fit keep their distance from the
+    end of the vocabulary (special tokens sit at the end in these releases); ids that fit stay."""
+    if vocab >= full_vocab:
+        return
+
+    def fit(i):
+        if isinstance(i, list):
+            return [fit(x) for x in i]
+        if isinstance(i, int) and not isinstance(i, bool) and i >= vocab:
+            return max(0, vocab - (full_vocab - i))
+        return i
+
+    for key in ("bos_token_id", "eos_token_id", "pad_token_id"):
+        if key in config:
+            config[key] = fit(config[key])
 
 
 def router_groups(num_experts: int, n_group: int, topk_group: int, top_k: int) -> tuple[int, int, int]:
@@ -143,10 +172,10 @@ class IndexerDims:
 
 
 def mla_attention(p: str, d: MlaDims, lin: LinearStore, norm_dtype: str,
-                  indexer: IndexerDims | None = None, indexer_norm_dtype: str = "F32",
-                  indexer_weights_proj_quantized: bool = False) -> list[TensorSpec]:
+                  indexer: IndexerDims | None = None, indexer_norm_dtype: str = "F32") -> list[TensorSpec]:
     """``{p}self_attn.*`` of one MLA layer (DeepSeek-V2/V3, Kimi-K2, GLM-5), with the DSA
-    lightning indexer when ``indexer`` is given."""
+    lightning indexer when ``indexer`` is given. The indexer's ``weights_proj`` is never
+    quantized in these releases (BF16 next to FP8/I8 ``wq_b``/``wk``)."""
     a = f"{p}self_attn."
     qk = d.qk_nope + d.qk_rope
     t: list[TensorSpec] = []
@@ -167,7 +196,7 @@ def mla_attention(p: str, d: MlaDims, lin: LinearStore, norm_dtype: str,
         t += lin(i + "wk", indexer.head_dim, d.hidden)
         t.append((i + "k_norm.weight", indexer_norm_dtype, (indexer.head_dim,)))
         t.append((i + "k_norm.bias", indexer_norm_dtype, (indexer.head_dim,)))
-        t += lin(i + "weights_proj", indexer.heads, d.hidden, quantized=indexer_weights_proj_quantized)
+        t += lin(i + "weights_proj", indexer.heads, d.hidden, quantized=False)
     return t
 
 
@@ -180,16 +209,14 @@ def gated_mlp(prefix: str, hidden: int, inter: int, lin: LinearStore, *,
 
 
 def deepseek_moe(p: str, hidden: int, num_experts: int, moe_inter: int, shared_inter: int,
-                 lin: LinearStore, *, gate_dtype: str = "BF16", bias_dtype: str | None = "F32",
-                 gate_quantized: bool = False) -> list[TensorSpec]:
+                 lin: LinearStore, *, gate_dtype: str = "BF16",
+                 bias_dtype: str | None = "F32") -> list[TensorSpec]:
     """``{p}mlp.*`` of a DeepSeekMoE block: router (``gate.weight``, and
     ``gate.e_score_correction_bias`` for noaux_tc routing when ``bias_dtype`` is set), routed
     experts, shared experts (``shared_inter = n_shared_experts * moe_intermediate_size``)."""
     m = f"{p}mlp."
-    if gate_quantized:
-        t = lin(m + "gate", num_experts, hidden)
-    else:
-        t = [(m + "gate.weight", gate_dtype, (num_experts, hidden))]
+    # The router is never quantized (BF16 weight), whatever the experts are.
+    t: list[TensorSpec] = [(m + "gate.weight", gate_dtype, (num_experts, hidden))]
     if bias_dtype:
         t.append((m + "gate.e_score_correction_bias", bias_dtype, (num_experts,)))
     for e in range(num_experts):
@@ -547,13 +574,14 @@ def _build(name: str, config: dict, *, lin: LinearStore, norm_dtype: str, bias_d
     hidden = pick(hidden_size, full_hidden)
     layers = pick(num_layers, cfg["num_hidden_layers"])
     experts = pick(num_experts, cfg["n_routed_experts"])
-    heads = pick(num_attention_heads, scaled(cfg["num_attention_heads"], hidden, full_hidden, 1))
+    heads = pick(num_attention_heads, heads_for(hidden, cfg["num_attention_heads"], full_hidden))
     inter = pick(intermediate_size, scaled(cfg["intermediate_size"], hidden, full_hidden, 128))
     moe_inter = pick(moe_intermediate_size, scaled(cfg["moe_intermediate_size"], hidden, full_hidden, 128))
     q_rank = cfg["q_lora_rank"]
     q_rank = pick(q_lora_rank, scaled(q_rank, hidden, full_hidden, 64) if q_rank else q_rank)
     kv_rank = pick(kv_lora_rank, scaled(cfg["kv_lora_rank"], hidden, full_hidden, 64))
     vocab = pick(vocab_size, cfg["vocab_size"])
+    fit_token_ids(cfg, cfg["vocab_size"], vocab)
     first_dense = min(pick(first_k_dense_replace, cfg["first_k_dense_replace"]), layers)
     num_mtp = pick(num_nextn_predict_layers, cfg.get("num_nextn_predict_layers", 0))
     n_group, topk_group, top_k = router_groups(experts, cfg["n_group"], cfg["topk_group"],
@@ -624,7 +652,7 @@ def deepseek_v3(*, num_layers=None, num_experts=None, hidden_size=None, intermed
     router weights and ``eh_proj`` BF16, ``e_score_correction_bias`` F32. 91,991 tensors in 163
     shards."""
     return _build("deepseek_v3", _v3_config(), lin=FP8_BLOCK, norm_dtype="BF16", bias_dtype="F32",
-                  max_shard_bytes=4_300_000_000, num_layers=num_layers, num_experts=num_experts,
+                  max_shard_bytes=4_250_000_000, num_layers=num_layers, num_experts=num_experts,
                   hidden_size=hidden_size, intermediate_size=intermediate_size,
                   moe_intermediate_size=moe_intermediate_size, vocab_size=vocab_size,
                   num_attention_heads=num_attention_heads, q_lora_rank=q_lora_rank,
@@ -641,7 +669,7 @@ def deepseek_v32(*, num_layers=None, num_experts=None, hidden_size=None, interme
     ``weights_proj`` BF16. Unlike V3, every RMSNorm weight is F32 in this release.
     92,425 tensors in 163 shards."""
     return _build("deepseek_v32", _v32_config(), lin=FP8_BLOCK, norm_dtype="F32", bias_dtype="F32",
-                  max_shard_bytes=4_300_000_000, num_layers=num_layers, num_experts=num_experts,
+                  max_shard_bytes=4_250_000_000, num_layers=num_layers, num_experts=num_experts,
                   hidden_size=hidden_size, intermediate_size=intermediate_size,
                   moe_intermediate_size=moe_intermediate_size, vocab_size=vocab_size,
                   num_attention_heads=num_attention_heads, q_lora_rank=q_lora_rank,
@@ -657,7 +685,7 @@ def kimi_k2(*, num_layers=None, num_experts=None, hidden_size=None, intermediate
     (layer 0 dense), 384 routed + 1 shared experts, 64 heads, vocab 163840, no MTP, FP8 block
     quantization like DeepSeek-V3."""
     return _build("kimi_k2", _kimi_k2_config(), lin=FP8_BLOCK, norm_dtype="BF16", bias_dtype="F32",
-                  max_shard_bytes=17_500_000_000, num_layers=num_layers, num_experts=num_experts,
+                  max_shard_bytes=17_000_000_000, num_layers=num_layers, num_experts=num_experts,
                   hidden_size=hidden_size, intermediate_size=intermediate_size,
                   moe_intermediate_size=moe_intermediate_size, vocab_size=vocab_size,
                   num_attention_heads=num_attention_heads, q_lora_rank=q_lora_rank,
