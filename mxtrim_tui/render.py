@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rich import box
 from rich.console import Console, Group as RichGroup
 from rich.panel import Panel
 from rich.table import Table
@@ -49,33 +50,35 @@ def render_inventory(inv: Inventory, console: Console) -> None:
     head.add_row("quantization", inv.quantization.summary() + f" [dim]from {inv.quantization.location}[/]" if inv.quantization else "none")
     console.print(Panel(head, title=f"[b]{src.root}[/]", expand=False))
 
-    subs = Table(title="Submodels", title_justify="left", expand=False)
-    for col in ("submodel", "role", "layers (config / checkpoint)", "tensors", "bytes", "layer types"):
-        subs.add_column(col, justify="right" if col in ("tensors", "bytes") else "left")
+    subs = Table(title="Submodels", title_justify="left", box=box.SIMPLE_HEAD, expand=False, pad_edge=False)
+    for col in ("submodel", "layers cfg/ckpt", "tensors", "bytes"):
+        subs.add_column(col, justify="right" if col != "submodel" else "left")
     for sm in inv.submodels.values():
         declared = "—" if sm.declared_depth is None else str(sm.declared_depth)
+        where = f" ({sm.config_path})" if sm.config_path else ""
         subs.add_row(
-            sm.name,
-            sm.role + (f" [dim]({sm.config_path})[/]" if sm.config_path else ""),
-            f"{declared} / {len(sm.layers)}",
+            Text.assemble((sm.name, "bold"), (f" {sm.role}{where}", "dim")),
+            f"{declared}/{len(sm.layers)}",
             f"{sm.tensor_count:,}",
             human_bytes(sm.nbytes),
-            layer_strip(inv, sm.name),
         )
     console.print(subs)
+    for sm in inv.submodels.values():
+        if sm.layers:
+            console.print(Text.assemble((f"{sm.name:>8} ", "bold"), layer_strip(inv, sm.name, width=max(16, console.width - 10))))
 
-    groups = Table(title="Layer types (groups of equal signature)", title_justify="left", expand=False)
-    for col in ("", "submodel", "attention", "mlp", "special modules", "weights", "count", "layers", "bytes"):
-        groups.add_column(col, justify="right" if col in ("count", "bytes") else "left")
+    groups = Table(title="Layer types (groups of equal signature)", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    for col, just in (("", "left"), ("kind", "left"), ("weights", "left"), ("n", "right"), ("layers", "left"), ("bytes", "right")):
+        groups.add_column(col, justify=just, overflow="fold")
     for g in inv.groups:
         k = g.kind
-        mlp = f"{k.mlp} ×{k.experts}" if k.experts else k.mlp
+        mlp = f"{k.mlp}×{k.experts}" if k.experts else k.mlp
+        kind = Text.assemble((f"{g.submodel}: ", "dim"), f"{k.attention} · {mlp}")
+        if k.special:
+            kind.append("\n+ " + ", ".join(k.special), style="dim")
         groups.add_row(
             Text(g.symbol, style=f"bold {group_style(g.id)}"),
-            g.submodel,
-            k.attention,
-            mlp,
-            ", ".join(k.special) or "—",
+            kind,
             "/".join(k.weight_dtypes) or "—",
             str(len(g.layers)),
             index_ranges(g.layers),
@@ -83,7 +86,7 @@ def render_inventory(inv: Inventory, console: Console) -> None:
         )
     console.print(groups)
 
-    parts = Table(title="Non-layer tensors", title_justify="left", expand=False)
+    parts = Table(title="Non-layer tensors", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
     for col in ("submodel", "part", "tensors", "bytes"):
         parts.add_column(col, justify="right" if col in ("tensors", "bytes") else "left")
     for p in inv.shared:
@@ -94,7 +97,7 @@ def render_inventory(inv: Inventory, console: Console) -> None:
     if parts.row_count:
         console.print(parts)
 
-    assets = Table(title="Files", title_justify="left", expand=False)
+    assets = Table(title="Files", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
     for col in ("kind", "files"):
         assets.add_column(col)
     by_kind: dict[FileKind, list[str]] = {}
