@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
+from pathlib import Path
 
 from .core.errors import InputError
 
@@ -26,6 +28,36 @@ def _parser() -> argparse.ArgumentParser:
     ins.add_argument("--json", action="store_true", help="print the inventory as JSON (schema mxtrim.inventory/1)")
     ins.add_argument("--tensors", action="store_true", help="with --json: list every tensor name per layer/part")
     ins.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+
+    def selection_args(sp):
+        sp.add_argument("source", metavar="SRC", help="Hugging Face-layout model directory")
+        sp.add_argument(
+            "--keep",
+            action="append",
+            metavar="SPEC",
+            help="layers to keep, [SUBMODEL=]i,j,a-b in original indices (default submodel: text; "
+            "repeatable; 'auto' = minimal covering set). No --keep: automatic.",
+        )
+        mtp = sp.add_mutually_exclusive_group()
+        mtp.add_argument("--mtp", dest="mtp", action="store_true", default=None, help="keep MTP / draft heads (default when present)")
+        mtp.add_argument("--no-mtp", dest="mtp", action="store_false", help="drop MTP / draft heads")
+        sp.add_argument("--json", action="store_true", help="print the plan as JSON (schema mxtrim.plan/1)")
+        sp.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+
+    pl = sub.add_parser("plan", help="show what a trim would do; writes nothing")
+    selection_args(pl)
+    pl.add_argument("--tensors", action="store_true", help="with --json: list every tensor rename and drop")
+
+    tr = sub.add_parser("trim", help="write a trimmed output directory")
+    selection_args(tr)
+    tr.add_argument("--mode", choices=["dummy"], required=True, help="dummy: config + tokenizer assets for --load-format dummy")
+    tr.add_argument("--out", type=Path, help="output directory (must not exist)")
+    tr.add_argument(
+        "--workspace",
+        type=Path,
+        default=Path("."),
+        help="root for the default output tools/batched_test/models/<model>-<mode>-<N>layers (default: .)",
+    )
 
     demo = sub.add_parser("demo", help="build the bundled demo model (if needed) and print its path")
     demo.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
@@ -51,6 +83,61 @@ def cmd_inspect(args) -> int:
     return 0
 
 
+def _plan(args):
+    from .core.inventory import build_inventory
+    from .core.plan import Selection, build_plan
+    from .core.source import open_source
+
+    inv = build_inventory(open_source(args.source))
+    return build_plan(inv, Selection.parse(args.keep, args.mtp))
+
+
+def cmd_plan(args) -> int:
+    plan = _plan(args)
+    if args.json:
+        from .core.plan_json import plan_to_json
+
+        json.dump(plan_to_json(plan, with_tensors=args.tensors), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        from rich.console import Console
+
+        from .render import render_plan
+
+        render_plan(plan, Console())
+    return 1 if plan.errors else 0
+
+
+def cmd_trim(args) -> int:
+    from .core.plan_json import plan_to_json
+    from .core.writer import default_output_dir, write_dummy
+
+    plan = _plan(args)
+    if plan.errors:
+        if args.json:
+            json.dump(plan_to_json(plan) | {"output": None}, sys.stdout, indent=2)
+            sys.stdout.write("\n")
+        for issue in plan.errors:
+            print(f"mxtrim: error: {issue.message}" + (f" (fix: {issue.fix})" if issue.fix else ""), file=sys.stderr)
+        print("mxtrim: nothing written", file=sys.stderr)
+        return 1
+    out = args.out if args.out is not None else default_output_dir(plan, args.workspace.resolve(), args.mode)
+    result = write_dummy(plan, out)
+    if args.json:
+        doc = plan_to_json(plan) | {"mode": args.mode, "output": str(result.path), "files": result.files}
+        json.dump(doc, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        from rich.console import Console
+
+        from .render import render_plan
+
+        console = Console()
+        render_plan(plan, console)
+        console.print(f"[bold green]wrote[/] {result.path} ({len(result.files)} files; see README.md there)")
+    return 0
+
+
 def cmd_demo(args) -> int:
     from .demo.build import ensure_demo_model
 
@@ -58,7 +145,15 @@ def cmd_demo(args) -> int:
     return 0
 
 
+def _terminate(signum, frame):
+    # SIGTERM unwinds like Ctrl-C, so writers remove their partial output.
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
+    from .core.plan import SelectionError
+
+    signal.signal(signal.SIGTERM, _terminate)
     argv = sys.argv[1:] if argv is None else argv
     args = _parser().parse_args(argv)
     try:
@@ -67,7 +162,10 @@ def main(argv: list[str] | None = None) -> int:
             from .demo.build import ensure_demo_model
 
             args = _parser().parse_args(["inspect", str(ensure_demo_model())] + (["--debug"] if args.debug else []))
-        return {"inspect": cmd_inspect, "demo": cmd_demo}[args.command](args)
+        return {"inspect": cmd_inspect, "plan": cmd_plan, "trim": cmd_trim, "demo": cmd_demo}[args.command](args)
+    except SelectionError as exc:
+        print(f"mxtrim: error: {exc}", file=sys.stderr)
+        return 2
     except InputError as exc:
         if args.debug:
             raise

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from rich import box
 from rich.console import Console, Group as RichGroup
 from rich.panel import Panel
@@ -121,3 +123,57 @@ def render_inventory(inv: Inventory, console: Console) -> None:
         console.print(f"[yellow]{len(inv.unassigned)} unassigned tensor(s):[/] " + ", ".join(inv.unassigned[:5]))
     if inv.warnings:
         console.print(RichGroup(*[Text("⚠ " + w, style="yellow") for w in inv.warnings]))
+
+
+def render_plan(plan, console: Console) -> None:
+    """The plan as `mxtrim plan` prints it."""
+    from .core.config_edit import MISSING
+
+    inv = plan.inventory
+    auto = " (automatic covering set)" if plan.auto.get("text") else ""
+    console.print(
+        f"[b]{inv.model_name}[/]: keep {plan.new_depth} of {inv.text.declared_depth if inv.text else '?'} text layers{auto}"
+        + (f"; MTP {'kept' if plan.mtp_kept else 'dropped'}" if "mtp" in inv.submodels else "")
+        + f"; retained tensors {human_bytes(plan.retained_bytes)} of {human_bytes(inv.total_bytes)}"
+    )
+    mapping = Table(title="Layer mapping (new ← original)", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    for col in ("", "submodel", "new ← orig", "stored as", "kind"):
+        mapping.add_column(col, overflow="fold")
+    sym = {g.symbol: g.id for g in inv.groups}
+    for m in plan.mappings:
+        mapping.add_row(
+            Text(m.group, style=f"bold {group_style(sym.get(m.group, 0))}"),
+            m.submodel,
+            f"{m.new} ← {m.old}",
+            f"{m.new_name} ← {m.old_name}",
+            m.kind.label,
+        )
+    console.print(mapping)
+
+    cov = Table(title="Coverage", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    for col in ("", "kind", "kept", "request that exercises it"):
+        cov.add_column(col, overflow="fold")
+    for c in plan.coverage:
+        kept = ", ".join(f"{a}←{b}" for a, b in c.kept) if c.kept else Text("not covered", style="bold red")
+        cov.add_row(Text(c.group, style=f"bold {group_style(sym.get(c.group, 0))}"), f"{c.submodel}: {c.kind}", kept, c.request)
+    console.print(cov)
+
+    edits = Table(title="Configuration changes", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    for col in ("field", "before", "after"):
+        edits.add_column(col, overflow="fold")
+
+    def short(v):
+        if v is MISSING:
+            return "(absent)"
+        t = json.dumps(v)
+        return t if len(t) <= 60 else t[:57] + "…"
+
+    for e in plan.edits:
+        field = e.dotted if e.file == "config.json" else f"{e.file}:{e.dotted}"
+        edits.add_row(field, short(e.before), short(e.after))
+    console.print(edits)
+    for i in plan.issues:
+        style = "bold red" if i.level == "error" else "yellow"
+        console.print(Text(("✗ " if i.level == "error" else "⚠ ") + i.message, style=style))
+        if i.fix:
+            console.print(Text("   fix: " + i.fix, style="dim"))

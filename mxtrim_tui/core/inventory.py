@@ -191,6 +191,11 @@ class Inventory:
     quantization: Quantization | None
     unassigned: list[str]
     warnings: list[str]
+    # How names were split: the stacks used (family or discovered), the layer-name regex
+    # (groups: prefix, number, rest) and the MTP count the runtime will assume.
+    stacks: tuple = ()
+    layer_name_pattern: re.Pattern | None = None
+    mtp_count: int = 0
 
     @property
     def text(self) -> Submodel | None:
@@ -653,6 +658,9 @@ def _build_inventory(source: ModelSource) -> Inventory:
         quantization=quant,
         unassigned=unassigned,
         warnings=warnings,
+        stacks=tuple(stacks),
+        layer_name_pattern=splitter,
+        mtp_count=mtp_n,
     )
 
 

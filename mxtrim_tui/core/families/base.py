@@ -84,6 +84,16 @@ class Family:
     # (field, rule kind) -> a callable returning a list of messages.
     checks: tuple[Callable[[dict], list[str]], ...] = field(default_factory=tuple)
     notes: tuple[str, ...] = ()
+    # --- trimming knowledge ---
+    # Rewrite hooks run on a TrimContext (see core/plan.py) after the generic per-layer
+    # list / index-list handling: recompute scalar rules, write explicit patterns.
+    trim: tuple[Callable, ...] = ()
+    # Dense layers must precede MoE layers (``first_k_dense_replace``-style rules).
+    dense_prefix: bool = False
+    # vLLM raises when no MoE layer is built (Qwen3-MoE, GLM-4.5, Mixtral, Qwen3-Next).
+    requires_moe: bool = False
+    # transformers hard-codes the original MTP index in _keys_to_ignore_on_load_unexpected.
+    mtp_ignored_by_transformers: bool = False
 
 
 # --- small helpers shared by family modules -------------------------------------------
@@ -142,3 +152,65 @@ def deepseek_moe_mlp(cfg: dict, idx: int) -> str:
     k = first_int(cfg, "first_k_dense_replace", default=0) or 0
     freq = first_int(cfg, "moe_layer_freq", default=1) or 1
     return MOE if idx >= k and idx % freq == 0 else DENSE
+
+
+# --- trimming hooks shared by several families ------------------------------------------
+# Each hook takes the plan's TrimContext (core/plan.py): ctx.kept (original indices),
+# ctx.kinds (their LayerKinds), ctx.get(field), ctx.set(field, value, reason), ctx.error/warn.
+ATTENTION_TO_LAYER_TYPE = {
+    FULL: "full_attention",
+    SLIDING: "sliding_attention",
+    CHUNKED: "chunked_attention",
+    LINEAR: "linear_attention",
+    NOPE_GLOBAL: "full_attention",
+}
+
+
+def set_first_k_dense(ctx) -> None:
+    """``first_k_dense_replace`` = number of kept dense layers (they form the prefix);
+    ``moe_layer_freq`` = 1 so every later layer stays MoE at its new index."""
+    if ctx.get("first_k_dense_replace") is None and not any(k.mlp == DENSE for k in ctx.kinds):
+        return
+    dense = sum(1 for k in ctx.kinds if k.mlp == DENSE)
+    ctx.set("first_k_dense_replace", min(dense, ctx.new_n), "number of kept dense layers (the dense prefix)")
+    freq = ctx.get("moe_layer_freq")
+    if isinstance(freq, int) and freq != 1:
+        ctx.set("moe_layer_freq", 1, "kept MoE layers are consecutive after the dense prefix")
+
+
+def write_layer_types(ctx, *, only_if_absent: bool = False) -> None:
+    """Write an explicit ``layer_types`` list for the kept layers (replacing formula rules
+    such as parity, ``sliding_window_pattern`` or ``full_attention_interval``)."""
+    if only_if_absent and isinstance(ctx.get("layer_types"), list):
+        return
+    if isinstance(ctx.get("layer_types"), list):
+        return  # the generic re-slice already wrote the kept entries
+    types = [ATTENTION_TO_LAYER_TYPE.get(k.attention) for k in ctx.kinds]
+    if None in types:
+        return
+    ctx.set("layer_types", types, "explicit per-layer attention types (the formula would change after renumbering)")
+
+
+def qwen_moe_placement(ctx) -> None:
+    """With ``decoder_sparse_step`` != 1 the step rule cannot follow arbitrary renumbering:
+    set step 1 and list the kept dense layers in ``mlp_only_layers``."""
+    step = ctx.get("decoder_sparse_step")
+    if isinstance(step, int) and step != 1:
+        ctx.set("decoder_sparse_step", 1, "MoE placement made explicit")
+        ctx.set(
+            "mlp_only_layers",
+            [j for j, k in enumerate(ctx.kinds) if k.mlp == DENSE],
+            "kept dense layers, at their new indices",
+        )
+
+
+def require_moe(ctx) -> None:
+    if not ctx.kinds:
+        return
+    src = ctx.inventory.submodels["text"].layers
+    if any(l.kind.mlp == MOE for l in src) and not any(k.mlp in (MOE, HASH_MOE) for k in ctx.kinds):
+        first = next(l.index for l in src if l.kind.mlp == MOE)
+        ctx.error(
+            "no MoE layer kept: vLLM raises for this architecture when the model has no MoE layer",
+            f"keep at least one MoE layer (e.g. {first})",
+        )

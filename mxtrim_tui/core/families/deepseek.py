@@ -6,7 +6,7 @@ V3.2 adds a lightning indexer per layer (``self_attn.indexer``); which layers ru
 from ``index_topk_pattern`` or ``index_topk_freq``/``index_skip_topk_offset``.
 """
 
-from .base import DSA_FULL, DSA_SHARED, FULL, MLA, MOE, Family, Mtp, Stack, deepseek_moe_mlp, first_int
+from .base import DSA_FULL, DSA_SHARED, FULL, MLA, MOE, Family, Mtp, Stack, deepseek_moe_mlp, first_int, set_first_k_dense
 
 SHARED = (
     ("model.embed_tokens.", "embeddings"),
@@ -38,6 +38,41 @@ def _moe_mtp(cfg: dict, k: int) -> str:
     return MOE
 
 
+def write_index_topk_pattern(ctx) -> None:
+    """vLLM (and vLLM-MetaX) read ``index_topk_pattern`` first: write it explicitly for the
+    kept layers ('F' runs the indexer, 'S' reuses the previous top-k). A shared layer needs
+    an earlier full one in the kept stack; the first layer must be 'F'."""
+    if not ctx.kinds or not any(k.attention in (DSA_FULL, DSA_SHARED) for k in ctx.kinds):
+        return
+    pattern = "".join("S" if k.attention == DSA_SHARED else "F" for k in ctx.kinds)
+    if pattern[0] == "S":
+        src = ctx.inventory.submodels["text"].layers
+        earlier = [l.index for l in src if l.index < ctx.kept[0] and l.kind.attention == DSA_FULL]
+        ctx.error(
+            f"layer {ctx.kept[0]} reuses the previous layer's top-k (shared indexer) but no earlier kept layer runs the indexer",
+            f"also keep an earlier full-indexer layer (e.g. {earlier[-1]})" if earlier else "keep a full-indexer layer first",
+        )
+    has_rule = any(ctx.get(k) is not None for k in ("index_topk_freq", "index_skip_topk_offset", "index_topk_pattern"))
+    if has_rule or "S" in pattern:
+        ctx.set("index_topk_pattern", pattern, "explicit indexer pattern for the kept layers (vLLM reads it before freq/offset)")
+    if isinstance(ctx.get("indexer_types"), list) or "S" in pattern:
+        if ctx.get("indexer_types") is not None or ctx.inventory.family.key == "glm_moe_dsa":
+            ctx.set(
+                "indexer_types",
+                ["shared" if c == "S" else "full" for c in pattern],
+                "transformers' view of the same pattern",
+            )
+
+
+def write_mlp_layer_types(ctx) -> None:
+    if isinstance(ctx.get("mlp_layer_types"), list):
+        ctx.set(
+            "mlp_layer_types",
+            ["sparse" if k.mlp == MOE else "dense" for k in ctx.kinds],
+            "transformers' view of the dense prefix",
+        )
+
+
 DEEPSEEK_V3 = Family(
     key="deepseek_v3",
     display="DeepSeek-V2/V3 (MLA + MoE)",
@@ -54,6 +89,9 @@ DEEPSEEK_V3 = Family(
     ),
     mtp=Mtp("absolute", ("num_nextn_predict_layers", "num_mtp_layers"), mlp=_moe_mtp),
     shared=SHARED,
+    trim=(set_first_k_dense,),
+    dense_prefix=True,
+    mtp_ignored_by_transformers=True,
 )
 
 DEEPSEEK_V32 = Family(
@@ -73,6 +111,9 @@ DEEPSEEK_V32 = Family(
     # MTP layers always build a full indexer (vLLM deepseek_v32/attention.py).
     mtp=Mtp("absolute", ("num_nextn_predict_layers",), attention=lambda c, k: DSA_FULL, mlp=_moe_mtp),
     shared=SHARED,
+    trim=(set_first_k_dense, write_index_topk_pattern, write_mlp_layer_types),
+    dense_prefix=True,
+    mtp_ignored_by_transformers=True,
 )
 
 FAMILIES = (DEEPSEEK_V3, DEEPSEEK_V32)

@@ -7,7 +7,7 @@ vLLM reads ``layer_types`` (gemma2.py, gemma3.py). Multimodal Gemma 3 was releas
 >= 4.52 saves ``model.language_model.layers.`` / ``model.vision_tower...``.
 """
 
-from .base import DENSE, FULL, SLIDING, VISION_FULL, Family, Stack, first_int, layer_types_rule
+from .base import DENSE, FULL, SLIDING, VISION_FULL, Family, Stack, first_int, layer_types_rule, write_layer_types
 
 
 def gemma2_attention(cfg: dict, idx: int) -> str:
@@ -52,6 +52,7 @@ GEMMA2 = Family(
     architectures=("Gemma2ForCausalLM",),
     stacks=(Stack("text", TEXT_PREFIXES, attention=gemma2_attention, mlp=lambda c, i: DENSE),),
     shared=SHARED,
+    trim=(write_layer_types,),
 )
 
 GEMMA3 = Family(
@@ -70,6 +71,7 @@ GEMMA3 = Family(
         ),
     ),
     shared=SHARED,
+    trim=(write_layer_types,),
 )
 
 FAMILIES = (GEMMA2, GEMMA3)

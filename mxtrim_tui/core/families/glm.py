@@ -7,8 +7,8 @@ indexer with IndexCache 'shared' layers) and the DeepSeek MoE rule. Both store M
 ``model.layers.{num_hidden_layers + k}``.
 """
 
-from .base import DENSE, DSA_FULL, FULL, MOE, Family, Mtp, Stack, deepseek_moe_mlp, first_int
-from .deepseek import SHARED, dsa_attention, mla_attention
+from .base import DENSE, DSA_FULL, FULL, MOE, Family, Mtp, Stack, deepseek_moe_mlp, first_int, set_first_k_dense
+from .deepseek import SHARED, dsa_attention, mla_attention, write_index_topk_pattern, write_mlp_layer_types
 
 
 def glm4_moe_mlp(cfg: dict, idx: int) -> str:
@@ -59,6 +59,10 @@ GLM4_MOE = Family(
     ),
     mtp=Mtp("absolute", ("num_nextn_predict_layers",), mlp=lambda c, k: MOE),
     shared=SHARED,
+    trim=(set_first_k_dense,),
+    dense_prefix=True,
+    requires_moe=True,
+    mtp_ignored_by_transformers=True,
 )
 
 GLM_MOE_DSA = Family(
@@ -78,6 +82,9 @@ GLM_MOE_DSA = Family(
     mtp=Mtp("absolute", ("num_nextn_predict_layers",), attention=lambda c, k: DSA_FULL, mlp=lambda c, k: MOE),
     shared=SHARED,
     checks=(_indexer_types_check,),
+    trim=(set_first_k_dense, write_index_topk_pattern, write_mlp_layer_types),
+    dense_prefix=True,
+    mtp_ignored_by_transformers=True,
 )
 
 FAMILIES = (GLM4_MOE, GLM_MOE_DSA)

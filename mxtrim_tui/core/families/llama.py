@@ -25,6 +25,35 @@ def llama4_mlp(cfg: dict, idx: int) -> str:
     return MOE if step > 0 and (idx + 1) % step == 0 else DENSE
 
 
+def llama4_trim(ctx) -> None:
+    """vLLM places MoE by ``interleave_moe_layer_step`` (transformers' ``moe_layers`` list is
+    ignored there): find a step that reproduces the kept MoE layers at their new indices, and
+    keep ``moe_layers`` consistent. ``no_rope_layers`` is written explicitly (vLLM indexes it)."""
+    moe = [j for j, k in enumerate(ctx.kinds) if k.mlp == MOE]
+    n = ctx.new_n
+    if not moe:
+        step = 0
+    else:
+        step = next((s for s in range(1, n + 1) if [j for j in range(n) if (j + 1) % s == 0] == moe), None)
+    if step is None:
+        ctx.error(
+            f"no interleave_moe_layer_step reproduces MoE at new indices {moe} (vLLM places MoE at (i+1) % step == 0)",
+            "keep dense/MoE layers alternating from a dense layer (e.g. 0,1 or 0,1,2,3), or only MoE layers",
+        )
+    elif step != ctx.get("interleave_moe_layer_step"):
+        ctx.set("interleave_moe_layer_step", step, "MoE step reproducing the kept layers' placement")
+    if isinstance(ctx.get("moe_layers"), list) or step is None or step != ctx.get("interleave_moe_layer_step"):
+        if ctx.get("moe_layers") is not None:
+            ctx.set("moe_layers", moe, "transformers' explicit MoE layer list")
+    nope = ctx.get("no_rope_layers")
+    if not isinstance(nope, list) or not nope:
+        ctx.set(
+            "no_rope_layers",
+            [0 if k.attention == NOPE_GLOBAL else 1 for k in ctx.kinds],
+            "explicit RoPE/NoPE flags for the kept layers (the interval rule would change after renumbering)",
+        )
+
+
 def _moe_layers_check(cfg: dict) -> list[str]:
     text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
     moe_layers = text.get("moe_layers")
@@ -82,6 +111,7 @@ LLAMA4 = Family(
         ("model.vision_model.", "vision embeddings"),
     ),
     checks=(_moe_layers_check,),
+    trim=(llama4_trim,),
 )
 
 FAMILIES = (LLAMA, LLAMA4)

@@ -18,6 +18,7 @@ MIXTRAL = Family(
         ),
     ),
     shared=(("model.embed_tokens.", "embeddings"), ("model.norm.", "final norm"), ("lm_head.", "lm head")),
+    requires_moe=True,
 )
 
 FAMILIES = (MIXTRAL,)

@@ -5,7 +5,7 @@ Sliding window: transformers derives ``layer_types`` (sliding iff ``use_sliding_
 ``decoder_sparse_step`` (vLLM ``qwen2_moe.py``, ``qwen3_moe.py``).
 """
 
-from .base import DENSE, FULL, SLIDING, Family, Stack, first_int, layer_types_rule, qwen_moe_mlp
+from .base import DENSE, FULL, SLIDING, Family, Stack, first_int, layer_types_rule, qwen_moe_mlp, qwen_moe_placement
 
 
 def qwen_attention(cfg: dict, idx: int) -> str:
@@ -16,6 +16,29 @@ def qwen_attention(cfg: dict, idx: int) -> str:
         mwl = first_int(cfg, "max_window_layers", default=0) or 0
         return SLIDING if idx >= mwl else FULL
     return FULL
+
+
+def sliding_window_layers(ctx) -> None:
+    """With sliding windows on, transformers derives sliding iff ``idx >= max_window_layers``
+    and vLLM's Qwen2 asserts ``max_window_layers == num_hidden_layers`` for mixed
+    ``layer_types``: write the explicit list and the count of leading full layers."""
+    if not (ctx.get("use_sliding_window") and ctx.get("sliding_window")):
+        return
+    kinds = [k.attention for k in ctx.kinds]
+    full = 0
+    while full < len(kinds) and kinds[full] == FULL:
+        full += 1
+    if any(k == FULL for k in kinds[full:]):
+        ctx.error("a full-attention layer would follow a sliding one: max_window_layers cannot express it",
+                  "keep full-attention layers before sliding ones")
+    ctx.set("max_window_layers", full, "number of kept leading full-attention layers")
+
+
+def qwen3_moe_requires_moe(ctx) -> None:
+    if ctx.inventory.source.model_type == "qwen3_moe":
+        from .base import require_moe
+
+        require_moe(ctx)
 
 
 SHARED = (
@@ -31,6 +54,7 @@ QWEN_DENSE = Family(
     architectures=("Qwen2ForCausalLM", "Qwen3ForCausalLM"),
     stacks=(Stack("text", ("model.layers.",), attention=qwen_attention, mlp=lambda c, i: DENSE),),
     shared=SHARED,
+    trim=(sliding_window_layers,),
 )
 
 QWEN_MOE = Family(
@@ -48,6 +72,7 @@ QWEN_MOE = Family(
         ),
     ),
     shared=SHARED,
+    trim=(qwen_moe_placement, qwen3_moe_requires_moe, sliding_window_layers),
 )
 
 FAMILIES = (QWEN_DENSE, QWEN_MOE)

@@ -6,7 +6,7 @@ under ``mtp.*`` with layers ``mtp.layers.{k}`` and is never renumbered; vLLM ass
 layer when ``num_nextn_predict_layers`` is absent.
 """
 
-from .base import FULL, LINEAR, MOE, Family, Mtp, Stack, first_int, layer_types_rule, qwen_moe_mlp
+from .base import FULL, LINEAR, MOE, Family, Mtp, Stack, first_int, layer_types_rule, qwen_moe_mlp, qwen_moe_placement, write_layer_types
 
 
 def next_attention(cfg: dict, idx: int) -> str:
@@ -45,6 +45,8 @@ QWEN3_NEXT = Family(
         ("model.norm.", "final norm"),
         ("lm_head.", "lm head"),
     ),
+    trim=(write_layer_types, qwen_moe_placement),
+    requires_moe=True,
 )
 
 FAMILIES = (QWEN3_NEXT,)

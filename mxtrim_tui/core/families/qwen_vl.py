@@ -6,7 +6,7 @@ Qwen2.5-VL vision blocks are windowed except ``fullatt_block_indexes``; Qwen3-VL
 outputs of ``deepstack_visual_indexes`` blocks into text layers 0..len-1.
 """
 
-from .base import DENSE, FULL, VISION_FULL, VISION_WINDOW, Family, Stack, qwen_moe_mlp
+from .base import DENSE, FULL, VISION_FULL, VISION_WINDOW, Family, Stack, qwen_moe_mlp, qwen_moe_placement
 from .qwen import qwen_attention
 
 TEXT_PREFIXES = ("model.language_model.layers.", "model.layers.")
@@ -73,6 +73,7 @@ QWEN3_VL = Family(
         _vision_stack(lambda c, i: VISION_FULL),
     ),
     shared=SHARED,
+    trim=(qwen_moe_placement,),
 )
 
 FAMILIES = (QWEN2_5_VL, QWEN3_VL)

@@ -1,0 +1,772 @@
+"""TrimPlan: pure data computed from an Inventory and a selection of layers.
+
+The plan holds the old -> new layer mapping of every submodel, every config edit as
+(file, JSON path, before, after), the tensor rename list, the coverage table (which target
+path each kept layer exercises and which request triggers it), omitted paths with sizes, and
+warnings / blocking errors with suggested fixes. Nothing is written here.
+
+The last step re-evaluates the family's own runtime rules on the *rewritten* config and
+compares them with the kinds of the kept layers: a plan whose output config would make vLLM
+build a different layer kind than the one kept is blocked.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from dataclasses import dataclass, field
+
+from .config_edit import MISSING, ConfigEdit, apply_edits, get_path
+from .families.base import DENSE, DSA_FULL, DSA_SHARED, HASH_MOE, MOE, Stack, first_int
+from .inventory import Inventory, Layer, LayerKind, stack_config
+from .units import human_bytes, index_ranges
+
+CONFIG = "config.json"
+
+# --- the generic catalogue of depth-dependent fields (structures guide §22-§23) ---------
+PER_LAYER_LISTS = (
+    "layer_types",
+    "mlp_layer_types",
+    "indexer_types",
+    "no_rope_layers",
+    "activation_sparsity_pattern",
+    "attn_type_list",
+    "decoder_attention_types",
+    "layers_block_type",
+    "block_configs",
+    "compress_ratios",
+)
+# Scalars in most configs, per-layer lists in some (MiniMax, HunYuan, Gemma 3n MatFormer).
+LIST_OR_SCALAR = (
+    "intermediate_size",
+    "moe_topk",
+    "moe_intermediate_size",
+    "num_experts",
+    "num_shared_expert",
+    "num_local_experts",
+    "shared_intermediate_size",
+)
+PER_LAYER_STRINGS = ("hybrid_override_pattern",)
+INDEX_LISTS = (("mlp_only_layers",), ("moe_layers",), ("dspark_target_layer_ids",))
+INDEX_LISTS_1BASED = (("linear_attn_config", "kda_layers"), ("linear_attn_config", "full_attn_layers"))
+INDEX_DICTS = ("per_layer_config",)
+VISION_INDEX_LISTS = (("fullatt_block_indexes",), ("deepstack_visual_indexes",), ("intermediate_layers_indices",))
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What the user asked for. ``None`` means automatic."""
+
+    keep: dict[str, tuple[int, ...] | str] = field(default_factory=dict)  # submodel -> indices | "auto"
+    mtp: bool | None = None  # None: keep when present
+
+    @classmethod
+    def parse(cls, specs: list[str] | None, mtp: bool | None = None) -> "Selection":
+        keep: dict[str, tuple[int, ...] | str] = {}
+        for spec in specs or []:
+            sub, indices = parse_keep_spec(spec)
+            prev = keep.get(sub)
+            if indices == "auto" or prev == "auto":
+                keep[sub] = "auto"
+            else:
+                keep[sub] = tuple(sorted(set(prev or ()) | set(indices)))
+        return cls(keep, mtp)
+
+
+class SelectionError(ValueError):
+    """A --keep spec that cannot be parsed (a usage error)."""
+
+
+_SPEC = re.compile(r"^(?:([A-Za-z_][\w.-]*)=)?(.*)$")
+
+
+def parse_keep_spec(spec: str) -> tuple[str, tuple[int, ...] | str]:
+    """``[SUBMODEL=]i,j,a-b`` in original indices (or ``auto``); default submodel text."""
+    m = _SPEC.match(spec.strip())
+    sub = (m.group(1) or "text") if m else "text"
+    body = (m.group(2) if m else spec).strip()
+    if body == "auto":
+        return sub, "auto"
+    out: set[int] = set()
+    if not body:
+        raise SelectionError(f"--keep {spec!r}: no layer indices")
+    for part in body.split(","):
+        part = part.strip()
+        try:
+            if "-" in part:
+                a, b = part.split("-", 1)
+                lo, hi = int(a), int(b)
+                if hi < lo:
+                    raise SelectionError(f"--keep {spec!r}: range {part!r} runs backwards")
+                out.update(range(lo, hi + 1))
+            else:
+                out.add(int(part))
+        except ValueError:
+            raise SelectionError(f"--keep {spec!r}: {part!r} is not an index or a range a-b") from None
+    if any(i < 0 for i in out):
+        raise SelectionError(f"--keep {spec!r}: indices are non-negative")
+    return sub, tuple(sorted(out))
+
+
+@dataclass(frozen=True)
+class LayerMap:
+    submodel: str
+    new: int
+    old: int
+    old_name: str  # e.g. model.layers.61
+    new_name: str  # e.g. model.layers.3
+    kind: LayerKind
+    group: str  # group symbol
+
+
+@dataclass(frozen=True)
+class CoverageRow:
+    submodel: str
+    group: str
+    kind: str
+    kept: tuple[tuple[int, int], ...]  # (new, old)
+    request: str
+    available: int  # layers of this kind in the source
+    bytes_dropped: int
+
+    @property
+    def covered(self) -> bool:
+        return bool(self.kept)
+
+
+@dataclass(frozen=True)
+class Issue:
+    level: str  # "error" (blocking) | "warning"
+    message: str
+    fix: str = ""
+
+
+@dataclass
+class TrimPlan:
+    inventory: Inventory
+    kept: dict[str, list[int]]  # submodel -> kept original indices (MTP: k)
+    mtp_kept: bool
+    mappings: list[LayerMap]
+    edits: list[ConfigEdit]
+    renames: list[tuple[str, str]]
+    dropped: list[tuple[str, str]]  # (tensor, reason)
+    coverage: list[CoverageRow]
+    issues: list[Issue]
+    new_documents: dict[str, dict]  # file -> rewritten JSON (config.json, side quant files)
+    auto: dict[str, bool]
+
+    @property
+    def errors(self) -> list[Issue]:
+        return [i for i in self.issues if i.level == "error"]
+
+    @property
+    def warnings(self) -> list[Issue]:
+        return [i for i in self.issues if i.level == "warning"]
+
+    @property
+    def new_depth(self) -> int:
+        return len(self.kept.get("text", []))
+
+    @property
+    def retained_bytes(self) -> int:
+        inv = self.inventory
+        keep = set(self.renames_old)
+        return sum(inv.source.shards[inv.source.tensor_shard[n]].tensors[n].nbytes for n in keep)
+
+    @property
+    def renames_old(self) -> list[str]:
+        return [o for o, _ in self.renames]
+
+    def mapping(self, submodel: str) -> list[LayerMap]:
+        return [m for m in self.mappings if m.submodel == submodel]
+
+    @property
+    def omitted(self) -> list[CoverageRow]:
+        return [c for c in self.coverage if not c.covered]
+
+
+# ---------------------------------------------------------------------------------------
+class TrimContext:
+    """What a family's rewrite hook sees: the kept layers, their kinds, the text config and
+    a way to record edits and issues."""
+
+    def __init__(self, plan_edits, issues, config, stack: Stack | None, path: tuple, kept, kinds, inventory):
+        self._edits = plan_edits
+        self._issues = issues
+        self.config = config
+        self.stack = stack
+        self.path = path
+        self.cfg = get_path(config, path, {}) if path else config
+        self.kept: list[int] = kept
+        self.kinds: list[LayerKind] = kinds
+        self.inventory = inventory
+
+    @property
+    def new_n(self) -> int:
+        return len(self.kept)
+
+    def get(self, key, default=None):
+        return self.cfg.get(key, default)
+
+    def set(self, key: str | tuple, value, reason: str, *, force: bool = False) -> None:
+        keys = key if isinstance(key, tuple) else (key,)
+        path = self.path + keys
+        before = get_path(self.config, path)
+        if before == value and not force:
+            return
+        set_edit(self._edits, ConfigEdit(CONFIG, path, before, value, reason))
+
+    def error(self, message: str, fix: str = "") -> None:
+        self._issues.append(Issue("error", message, fix))
+
+    def warn(self, message: str, fix: str = "") -> None:
+        self._issues.append(Issue("warning", message, fix))
+
+
+def set_edit(edits: list[ConfigEdit], edit: ConfigEdit) -> None:
+    """Record an edit, replacing an earlier one of the same field (keeping its ``before``)."""
+    for i, e in enumerate(edits):
+        if e.file == edit.file and e.path == edit.path:
+            edits[i] = ConfigEdit(e.file, e.path, e.before, edit.after, edit.reason or e.reason)
+            return
+    edits.append(edit)
+
+
+# ---------------------------------------------------------------------------------------
+def _text_stack(inv: Inventory) -> Stack | None:
+    return next((s for s in inv.stacks if s.submodel == "text"), None)
+
+
+def _stack_path(inv: Inventory, stack: Stack | None) -> tuple:
+    if stack is None:
+        return ()
+    _, path = stack_config(inv.source.config, stack)
+    return tuple(path.split(".")) if path else ()
+
+
+def _rule_kinds(stack: Stack | None, cfg: dict, n: int) -> list[tuple[str | None, str | None]]:
+    out = []
+    for i in range(n):
+        att = stack.attention(cfg, i) if stack and stack.attention else None
+        mlp = stack.mlp(cfg, i) if stack and stack.mlp else None
+        out.append((att, mlp))
+    return out
+
+
+def _same_kind(rule: tuple, kind: LayerKind) -> bool:
+    att, mlp = rule
+    if att is not None and att != kind.attention:
+        return False
+    if mlp is not None and mlp != kind.mlp and not (mlp == MOE and kind.mlp == HASH_MOE):
+        return False
+    return True
+
+
+def auto_select(inv: Inventory, submodel: str = "text") -> list[int]:
+    """The fewest layers covering every distinct signature of ``submodel`` whose rewritten
+    config reproduces their kinds; dependency fixes (DSA full-before-shared, dense prefix,
+    parity/period rules) are found by a bounded search over each group's first layers."""
+    sm = inv.submodels.get(submodel)
+    if sm is None or not sm.layers:
+        return []
+    groups = [g for g in inv.groups if g.submodel == submodel]
+    first = sorted(g.layers[0] for g in groups)
+    candidates = [sorted(g.layers)[:4] for g in groups]
+    best = None
+    if _plan_is_clean(inv, submodel, first):
+        best = first
+    else:
+        tried = 0
+        for combo in itertools.product(*candidates):
+            tried += 1
+            if tried > 4096:
+                break
+            keep = sorted(set(combo))
+            if _plan_is_clean(inv, submodel, keep) and (best is None or (len(keep), keep) < (len(best), best)):
+                best = keep
+        if best is None:
+            # add one more layer of each shared-indexer group's predecessor: DSA needs an
+            # earlier full indexer; try first layers plus their predecessors
+            best = first
+    # Qwen3-VL deepstack: features are injected into text layers 0..len-1
+    if submodel == "text":
+        need = _deepstack_len(inv)
+        extra = [l.index for l in sm.layers if l.index not in best]
+        while len(best) < need and extra:
+            best = sorted(best + [extra.pop(0)])
+    return best
+
+
+def _plan_is_clean(inv: Inventory, submodel: str, keep: list[int]) -> bool:
+    sel = Selection({submodel: tuple(keep)})
+    plan = build_plan(inv, sel, _auto_probe=True)
+    return not plan.errors
+
+
+def _deepstack_len(inv: Inventory) -> int:
+    vc = inv.source.config.get("vision_config")
+    if isinstance(vc, dict) and isinstance(vc.get("deepstack_visual_indexes"), list):
+        return len(vc["deepstack_visual_indexes"])
+    return 0
+
+
+# ---------------------------------------------------------------------------------------
+def build_plan(inv: Inventory, selection: Selection | None = None, *, _auto_probe: bool = False) -> TrimPlan:
+    selection = selection or Selection()
+    fam = inv.family
+    config = inv.source.config
+    issues: list[Issue] = []
+    edits: list[ConfigEdit] = []
+    auto: dict[str, bool] = {}
+
+    # --- resolve kept layers per submodel
+    kept: dict[str, list[int]] = {}
+    for name, sm in inv.submodels.items():
+        if name == "mtp":
+            continue
+        want = selection.keep.get(name)
+        if want is None and name != "text":
+            kept[name] = [l.index for l in sm.layers]  # other stacks are kept whole by default
+            continue
+        if want is None or want == "auto":
+            auto[name] = True
+            kept[name] = auto_select(inv, name) if not _auto_probe else [l.index for l in sm.layers]
+            continue
+        valid = {l.index for l in sm.layers}
+        bad = [i for i in want if i not in valid]
+        if bad:
+            issues.append(
+                Issue(
+                    "error",
+                    f"{name}: layer(s) {index_ranges(bad)} do not exist (the {name} submodel has layers "
+                    f"{index_ranges(sorted(valid)) or 'none'})",
+                    f"choose indices in {index_ranges(sorted(valid))}",
+                )
+            )
+        kept[name] = [i for i in want if i in valid]
+    for name in selection.keep:
+        if name not in inv.submodels or name == "mtp":
+            issues.append(
+                Issue(
+                    "error",
+                    f"--keep {name}=...: no submodel named {name!r} (this model has: {', '.join(inv.submodels)})",
+                    "use text=..., or one of the listed submodels",
+                )
+            )
+    mtp_sm = inv.submodels.get("mtp")
+    has_mtp = mtp_sm is not None and (bool(mtp_sm.layers) or inv.mtp_count > 0)
+    mtp_kept = has_mtp if selection.mtp is None else (selection.mtp and has_mtp)
+    if selection.mtp and not has_mtp:
+        issues.append(Issue("warning", "--mtp: this model has no MTP / draft heads"))
+
+    text_kept = kept.get("text", [])
+    if "text" in inv.submodels and not text_kept and not issues:
+        issues.append(Issue("error", "no text layers kept", "keep at least one text layer"))
+
+    # --- text stack: generic catalogue, family hooks
+    text_stack = _text_stack(inv)
+    text_path = _stack_path(inv, text_stack)
+    text_cfg = get_path(config, text_path, {}) if text_path else config
+    sm_text = inv.submodels.get("text")
+    by_index = {l.index: l for l in sm_text.layers} if sm_text else {}
+    kinds = [by_index[i].kind for i in text_kept if i in by_index]
+    old_n = sm_text.declared_depth if sm_text and sm_text.declared_depth is not None else len(by_index)
+    new_n = len(text_kept)
+    if sm_text is not None:
+        ctx = TrimContext(edits, issues, config, text_stack, text_path, text_kept, kinds, inv)
+        _rewrite_stack(ctx, text_stack, old_n, text_kept, PER_LAYER_LISTS, INDEX_LISTS)
+        if fam.dense_prefix:
+            _check_dense_prefix(ctx)
+        if fam.requires_moe:
+            _check_moe_kept(ctx)
+        for hook in fam.trim:
+            hook(ctx)
+
+    # --- other stacks (vision, audio...)
+    for name, keep in kept.items():
+        if name == "text":
+            continue
+        sm = inv.submodels[name]
+        st = next((s for s in inv.stacks if s.submodel == name), None)
+        path = _stack_path(inv, st)
+        if not path:
+            continue
+        depth = sm.declared_depth if sm.declared_depth is not None else len(sm.layers)
+        if keep == [l.index for l in sm.layers] and len(keep) == depth:
+            continue
+        vkinds = [next(l.kind for l in sm.layers if l.index == i) for i in keep]
+        vctx = TrimContext(edits, issues, config, st, path, keep, vkinds, inv)
+        _rewrite_stack(vctx, st, depth, keep, (), VISION_INDEX_LISTS)
+        deep = get_path(config, path + ("deepstack_visual_indexes",))
+        if isinstance(deep, list):
+            missing = [i for i in deep if i not in keep]
+            if missing:
+                vctx.error(
+                    f"{name}: deepstack blocks {missing} are not kept; their merger modules are indexed by position, "
+                    "so every deepstack block must stay",
+                    f"add {name}={','.join(map(str, missing))}",
+                )
+
+    # --- MTP
+    _plan_mtp(inv, edits, issues, config, text_path, text_cfg, mtp_kept, has_mtp)
+
+    # --- quantization module lists
+    mappings = _mappings(inv, kept, mtp_kept, old_n, new_n)
+    _rewrite_quant_entries(inv, edits, issues, mappings, kept, mtp_kept)
+
+    # --- apply and verify
+    files = {CONFIG: config, **inv.source.side_quant_configs}
+    new_documents = {f: apply_edits(doc, edits, f) for f, doc in files.items()}
+    if sm_text is not None and text_kept:
+        _verify_rules(inv, new_documents[CONFIG], text_stack, text_path, text_kept, kinds, issues)
+    if not _auto_probe:
+        for check in fam.checks:
+            new_text = get_path(new_documents[CONFIG], text_path, {}) if text_path else new_documents[CONFIG]
+            for msg in check(new_text):
+                issues.append(Issue("warning", f"output config: {msg}"))
+        _family_warnings(inv, new_n, mtp_kept, issues)
+
+    renames, dropped = _renames(inv, mappings, mtp_kept) if not _auto_probe else ([], [])
+    coverage = _coverage(inv, kept, mtp_kept, has_mtp, mappings) if not _auto_probe else []
+    return TrimPlan(inv, kept, mtp_kept, mappings, edits, renames, dropped, coverage, issues, new_documents, auto)
+
+
+def _rewrite_stack(ctx: TrimContext, stack: Stack | None, old_n: int, keep: list[int], lists, index_lists) -> None:
+    cfg = ctx.cfg
+    new_n = len(keep)
+    pos = {old: new for new, old in enumerate(keep)}
+    depth_fields = stack.depth_fields if stack else ("num_hidden_layers",)
+    wrote_depth = False
+    for f in depth_fields:
+        if isinstance(cfg.get(f), int):
+            ctx.set(f, new_n, "kept layers")
+            wrote_depth = True
+    if not wrote_depth and stack is not None and stack.submodel == "text":
+        ctx.set(depth_fields[0], new_n, "kept layers")
+    for f in lists:
+        v = cfg.get(f)
+        if isinstance(v, list):
+            if len(v) >= old_n:
+                tail = v[old_n:]
+                ctx.set(f, [v[i] for i in keep] + tail, "per-layer list re-sliced to the kept layers")
+            else:
+                ctx.warn(f"{f} has {len(v)} entries but the stack has {old_n} layers; left unchanged")
+    for f in LIST_OR_SCALAR if lists else ():
+        v = cfg.get(f)
+        if isinstance(v, list) and len(v) == old_n:
+            ctx.set(f, [v[i] for i in keep], "per-layer list re-sliced to the kept layers")
+    for f in PER_LAYER_STRINGS if lists else ():
+        v = cfg.get(f)
+        if isinstance(v, str) and len(v) >= old_n:
+            ctx.set(f, "".join(v[i] for i in keep), "per-layer pattern re-sliced to the kept layers")
+    for keys in index_lists:
+        v = get_path(cfg, keys)
+        if isinstance(v, list) and all(isinstance(x, int) for x in v):
+            ctx.set(keys, [pos[i] for i in v if i in pos], "layer indices remapped to the new numbering")
+    for keys in INDEX_LISTS_1BASED if lists else ():
+        v = get_path(cfg, keys)
+        if isinstance(v, list) and all(isinstance(x, int) for x in v):
+            ctx.set(keys, [pos[i - 1] + 1 for i in v if i - 1 in pos], "1-based layer indices remapped")
+    for f in INDEX_DICTS if lists else ():
+        v = cfg.get(f)
+        if isinstance(v, dict):
+            new = {}
+            for k, val in v.items():
+                try:
+                    old = int(k)
+                except (TypeError, ValueError):
+                    new[k] = val
+                    continue
+                if old in pos:
+                    new[str(pos[old]) if isinstance(k, str) else pos[old]] = val
+            ctx.set(f, new, "per-layer overrides re-keyed to the new numbering")
+
+
+def _check_dense_prefix(ctx: TrimContext) -> None:
+    seen_moe = False
+    for old, kind in zip(ctx.kept, ctx.kinds):
+        if kind.mlp in (MOE, HASH_MOE):
+            seen_moe = True
+        elif kind.mlp == DENSE and seen_moe:
+            dense = [o for o, k in zip(ctx.kept, ctx.kinds) if k.mlp == DENSE]
+            ctx.error(
+                f"dense layer {old} would follow an MoE layer: this family marks the first "
+                "first_k_dense_replace layers dense, so kept dense layers must come first",
+                f"keep dense layers only before the first kept MoE layer (dense kept: {index_ranges(dense)})",
+            )
+            return
+
+
+def _check_moe_kept(ctx: TrimContext) -> None:
+    src_has_moe = any(l.kind.mlp in (MOE, HASH_MOE) for l in ctx.inventory.submodels["text"].layers)
+    if src_has_moe and ctx.kinds and not any(k.mlp in (MOE, HASH_MOE) for k in ctx.kinds):
+        first = next(l.index for l in ctx.inventory.submodels["text"].layers if l.kind.mlp in (MOE, HASH_MOE))
+        ctx.error(
+            "no MoE layer kept: vLLM raises for this architecture when the model has no MoE layer",
+            f"keep at least one MoE layer (e.g. {first})",
+        )
+
+
+def _plan_mtp(inv, edits, issues, config, text_path, text_cfg, mtp_kept, has_mtp) -> None:
+    fam = inv.family
+    if not has_mtp or fam.mtp is None:
+        return
+    if mtp_kept:
+        return
+    # Dropping MTP: zero every count field the config has (and the one vLLM reads by default).
+    wrote = False
+    for f in fam.mtp.count_fields:
+        for path in (text_path + (f,), (f,)):
+            if get_path(config, path) not in (MISSING, None, 0):
+                set_edit(edits, ConfigEdit(CONFIG, path, get_path(config, path), 0, "MTP / draft heads dropped (--no-mtp)"))
+                wrote = True
+    if not wrote and fam.mtp.default_count:
+        path = text_path + (fam.mtp.count_fields[0],)
+        set_edit(edits, ConfigEdit(CONFIG, path, MISSING, 0, "MTP dropped; vLLM would otherwise assume 1"))
+    sm = inv.submodels["mtp"]
+    issues.append(
+        Issue(
+            "warning",
+            f"MTP / draft heads dropped: speculative decoding with MTP is not covered ({human_bytes(sm.nbytes)} omitted)",
+            "omit --no-mtp to keep them",
+        )
+    )
+
+
+def _mappings(inv: Inventory, kept, mtp_kept, old_n, new_n) -> list[LayerMap]:
+    out = []
+    sym = {g.id: g.symbol for g in inv.groups}
+    for name, keep in kept.items():
+        sm = inv.submodels[name]
+        by_index = {l.index: l for l in sm.layers}
+        for new, old in enumerate(keep):
+            layer = by_index[old]
+            out.append(LayerMap(name, new, old, layer.name, f"{layer.prefix}{new}", layer.kind, sym.get(layer.group, "?")))
+    if mtp_kept and "mtp" in inv.submodels:
+        absolute = inv.family.mtp is not None and inv.family.mtp.style == "absolute"
+        for layer in inv.submodels["mtp"].layers:
+            new_stored = new_n + layer.index if absolute else layer.stored_index
+            out.append(
+                LayerMap("mtp", layer.index, layer.index, layer.name, f"{layer.prefix}{new_stored}", layer.kind, sym.get(layer.group, "?"))
+            )
+    return out
+
+
+def _rewrite_quant_entries(inv: Inventory, edits, issues, mappings: list[LayerMap], kept, mtp_kept) -> None:
+    q = inv.quantization
+    if q is None or not q.entries:
+        return
+    splitter = inv.layer_name_pattern
+    rename = {m.old_name: m.new_name for m in mappings}
+    stored_sub = {}
+    for sm in inv.submodels.values():
+        for l in sm.layers:
+            stored_sub[l.name] = sm.name
+    containers: dict[tuple, list] = {}
+    for e in q.entries:
+        containers.setdefault(e.path[:-1], []).append(e)
+    substring_match = q.method in ("awq", "moe_wna16") or q.method.startswith("gptq/awq")
+    for cpath, entries in containers.items():
+        file, doc_path = (cpath[0], cpath[1:]) if cpath[0] in inv.source.side_quant_configs else (CONFIG, cpath)
+        doc = inv.source.side_quant_configs.get(file) if file != CONFIG else inv.source.config
+        before = get_path(doc, doc_path)
+        if before is MISSING:
+            continue
+        changed = False
+        if isinstance(before, list):
+            after = []
+            for item in before:
+                new = _rename_entry(item, splitter, rename, stored_sub) if isinstance(item, str) else item
+                if new != item:
+                    changed = True
+                if new is not None:
+                    after.append(new)
+        elif isinstance(before, dict):
+            after = {}
+            for k, v in before.items():
+                new = _rename_entry(k, splitter, rename, stored_sub)
+                if new != k:
+                    changed = True
+                if new is not None:
+                    after[new] = v
+        else:
+            continue
+        if changed:
+            set_edit(
+                edits,
+                ConfigEdit(file, doc_path, before, after, "quantization entries renumbered; entries of dropped layers removed"),
+            )
+        for e in entries:
+            if e.value.startswith("re:") and re.search(r"\d", e.value):
+                issues.append(
+                    Issue("warning", f"quantization regex {e.value!r} contains digits; it was left unchanged — check it does not name layers")
+                )
+        if substring_match and isinstance(after, list):
+            _substring_collisions(after, mappings, issues)
+
+
+def _rename_entry(value: str, splitter, rename: dict, stored_sub: dict):
+    """New text of one module entry, or None to delete it (its layer was dropped)."""
+    if value.startswith(("re:", "+:", "-:")):
+        return value
+    m = splitter.match(value + ".")
+    prefix, idx_s, rest = m.groups()
+    if prefix is None:
+        return value
+    old_name = f"{prefix}{idx_s}"
+    if old_name not in stored_sub:
+        return value  # names a layer the checkpoint does not have: leave it alone
+    new_name = rename.get(old_name)
+    if new_name is None:
+        return None
+    rest = rest[:-1]  # the "." appended above
+    return new_name + ("." + rest if rest else "")
+
+
+def _substring_collisions(entries, mappings, issues) -> None:
+    names = [m.new_name + "." for m in mappings]
+    for e in entries:
+        if not isinstance(e, str) or e.startswith("re:"):
+            continue
+        hits = [n for n in names if e in n or n.startswith(e)]
+        exact = [n for n in hits if n.startswith(e + ".") or n == e + "."]
+        if len(hits) > max(1, len(exact)):
+            issues.append(
+                Issue(
+                    "warning",
+                    f"substring-matched quantization entry {e!r} also matches {', '.join(h[:-1] for h in hits if h not in exact)}",
+                    "write the entry with a trailing module name",
+                )
+            )
+
+
+def _verify_rules(inv, new_config, stack, path, kept, kinds, issues) -> None:
+    """Evaluate the family's runtime rules on the rewritten config at the new indices."""
+    if stack is None:
+        return
+    new_cfg = get_path(new_config, path, {}) if path else new_config
+    rules = _rule_kinds(stack, new_cfg, len(kept))
+    for new, (old, kind, rule) in enumerate(zip(kept, kinds, rules)):
+        if not _same_kind(rule, kind):
+            att, mlp = rule
+            issues.append(
+                Issue(
+                    "error",
+                    f"after renumbering, the runtime would build new layer {new} (original {old}, "
+                    f"{kind.attention} · {kind.mlp}) as {att or kind.attention} · {mlp or kind.mlp}",
+                    _formula_fix(inv, kept, new, old),
+                )
+            )
+    # transformers validates per-layer list lengths against num_hidden_layers
+    n = len(kept)
+    for f in ("layer_types", "mlp_layer_types", "indexer_types", "activation_sparsity_pattern"):
+        v = new_cfg.get(f)
+        if isinstance(v, list) and len(v) != n:
+            issues.append(Issue("error", f"output {f} has {len(v)} entries, num_hidden_layers is {n}"))
+
+
+def _formula_fix(inv, kept, new, old) -> str:
+    key = inv.family.key
+    if key == "gpt_oss":
+        return "vLLM hard-codes sliding attention on even indices: keep originally even layers at even new positions (e.g. pairs 2k, 2k+1)"
+    if key == "jamba":
+        return "Jamba's period/offset rule cannot express this set; choose layers whose kinds repeat with one period"
+    if key == "llama4":
+        return "vLLM places MoE by interleave_moe_layer_step; choose kept layers so MoE layers recur with one step"
+    return "choose layers whose kinds the family's rules can express at the new indices"
+
+
+def _family_warnings(inv, new_n, mtp_kept, issues) -> None:
+    fam = inv.family
+    if fam.key in ("deepseek_v3", "deepseek_v32", "glm_moe_dsa") and new_n == 40 and mtp_kept:
+        issues.append(
+            Issue(
+                "warning",
+                "vLLM-MetaX treats layer 40 of a 40-layer DeepSeek-architecture model as a dense MTP layer (JoyAI hack): "
+                "the MTP MLP kind changes at exactly 40 kept layers",
+                "keep 39 or 41 layers",
+            )
+        )
+    if mtp_kept and fam.mtp_ignored_by_transformers and "mtp" in inv.submodels:
+        issues.append(
+            Issue(
+                "warning",
+                "transformers hard-codes the original MTP index in _keys_to_ignore_on_load_unexpected: loading the "
+                "trimmed checkpoint with transformers reports the moved MTP tensors as unexpected (vLLM is unaffected)",
+            )
+        )
+
+
+def _renames(inv: Inventory, mappings: list[LayerMap], mtp_kept) -> tuple[list, list]:
+    renames: list[tuple[str, str]] = []
+    dropped: list[tuple[str, str]] = []
+    by_name = {(m.submodel, m.old_name): m for m in mappings}
+    for sm in inv.submodels.values():
+        for layer in sm.layers:
+            m = by_name.get((sm.name, layer.name))
+            if m is None:
+                reason = "MTP dropped" if sm.name == "mtp" else f"{sm.name} layer {layer.index} not kept"
+                dropped.extend((t, reason) for t in layer.tensors)
+                continue
+            old_prefix, new_prefix = layer.name + ".", m.new_name + "."
+            renames.extend((t, new_prefix + t[len(old_prefix):]) for t in layer.tensors)
+        for part in sm.parts:
+            if sm.name == "mtp" and not mtp_kept:
+                dropped.extend((t, "MTP dropped") for t in part.tensors)
+            else:
+                renames.extend((t, t) for t in part.tensors)
+    for part in inv.shared:
+        renames.extend((t, t) for t in part.tensors)
+    for t in inv.unassigned:
+        dropped.append((t, "unassigned: belongs to no known layer or part"))
+    return renames, dropped
+
+
+# --- coverage ---------------------------------------------------------------------------
+def trigger_request(inv: Inventory, submodel: str, kind: LayerKind) -> str:
+    cfg = inv.source.config
+    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
+    if submodel == "mtp":
+        return 'speculative decoding: --speculative-config \'{"method":"mtp","num_speculative_tokens":1}\''
+    if submodel == "vision":
+        return "an image request (chat completion with an image_url part)"
+    if submodel != "text":
+        return f"a request that uses the {submodel} encoder"
+    att = kind.attention
+    parts = []
+    if att in (DSA_FULL, DSA_SHARED):
+        topk = text.get("index_topk")
+        parts.append(f"a prompt longer than index_topk={topk} tokens (sparse top-k selection)" if topk else "a long prompt")
+    elif att == "sliding":
+        w = text.get("sliding_window")
+        parts.append(f"a prompt longer than sliding_window={w} tokens" if w else "a long prompt")
+    elif att == "chunked":
+        c = text.get("attention_chunk_size")
+        parts.append(f"a prompt longer than attention_chunk_size={c} tokens" if c else "a long prompt")
+    elif att in ("linear", "mamba"):
+        parts.append("any prompt; a multi-chunk prefill (prompt > max_num_batched_tokens) carries the recurrent state")
+    else:
+        parts.append("any prompt (prefill + decode)")
+    if kind.mlp in (MOE, HASH_MOE):
+        k = first_int(text, "num_experts_per_tok", "moe_topk", "top_k")
+        parts.append(f"routes each token to {k} of {kind.experts} experts" if k and kind.experts else "routes tokens to experts")
+    return "; ".join(parts)
+
+
+def _coverage(inv: Inventory, kept, mtp_kept, has_mtp, mappings) -> list[CoverageRow]:
+    rows = []
+    by_sub = {}
+    for m in mappings:
+        by_sub.setdefault((m.submodel, m.old), m)
+    layer_bytes = {(sm.name, l.index): l.nbytes for sm in inv.submodels.values() for l in sm.layers}
+    for g in inv.groups:
+        if g.submodel == "mtp":
+            keep = [(m.new, m.old) for m in mappings if m.submodel == "mtp" and m.old in g.layers]
+        else:
+            keep = [(by_sub[(g.submodel, i)].new, i) for i in g.layers if (g.submodel, i) in by_sub]
+        dropped = sum(layer_bytes[(g.submodel, i)] for i in g.layers if i not in {o for _, o in keep})
+        label = g.kind.label + (f" + {', '.join(g.kind.special)}" if g.kind.special else "")
+        rows.append(
+            CoverageRow(g.submodel, g.symbol, label, tuple(keep), trigger_request(inv, g.submodel, g.kind), len(g.layers), dropped)
+        )
+    return rows

@@ -1,0 +1,65 @@
+"""The machine-readable plan (schema ``mxtrim.plan/1``): ``mxtrim plan --json``,
+``mxtrim trim --json`` and ``mxtrim-plan.json`` in every output directory."""
+
+from __future__ import annotations
+
+from .plan import TrimPlan
+
+SCHEMA = "mxtrim.plan/1"
+
+
+def plan_to_json(plan: TrimPlan, *, with_tensors: bool = False) -> dict:
+    inv = plan.inventory
+    doc = {
+        "schema": SCHEMA,
+        "source": str(inv.source.root),
+        "model": {
+            "name": inv.model_name,
+            "model_type": inv.source.model_type,
+            "architectures": inv.source.architectures,
+            "family": inv.family.key,
+        },
+        "kept": {k: v for k, v in plan.kept.items()},
+        "auto": plan.auto,
+        "mtp_kept": plan.mtp_kept,
+        "new_depth": plan.new_depth,
+        "mapping": [
+            {
+                "submodel": m.submodel,
+                "new": m.new,
+                "old": m.old,
+                "old_name": m.old_name,
+                "new_name": m.new_name,
+                "group": m.group,
+                "kind": m.kind.to_json(),
+            }
+            for m in plan.mappings
+        ],
+        "config_edits": [e.to_json() for e in plan.edits],
+        "coverage": [
+            {
+                "submodel": c.submodel,
+                "group": c.group,
+                "kind": c.kind,
+                "kept": [{"new": n, "old": o} for n, o in c.kept],
+                "covered": c.covered,
+                "available": c.available,
+                "request": c.request,
+                "bytes_dropped": c.bytes_dropped,
+            }
+            for c in plan.coverage
+        ],
+        "omitted": [{"submodel": c.submodel, "group": c.group, "kind": c.kind, "bytes": c.bytes_dropped} for c in plan.omitted],
+        "tensors": {
+            "retained": len(plan.renames),
+            "renamed": sum(1 for o, n in plan.renames if o != n),
+            "dropped": len(plan.dropped),
+            "retained_bytes": plan.retained_bytes,
+        },
+        "issues": [{"level": i.level, "message": i.message, "fix": i.fix} for i in plan.issues],
+        "ok": not plan.errors,
+    }
+    if with_tensors:
+        doc["tensors"]["renames"] = [[o, n] for o, n in plan.renames]
+        doc["tensors"]["dropped_names"] = [[t, r] for t, r in plan.dropped]
+    return doc

@@ -1,0 +1,210 @@
+"""The ``README.md`` written into every output directory: what was trimmed, how, what is
+covered and what is not, the files, the environment, how to serve it, and validation status
+(``unverified`` until a check is actually executed)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from datetime import datetime, timezone
+from pathlib import Path
+
+from .config_edit import MISSING
+from .environment import environment
+from .families.base import DSA_FULL, DSA_SHARED
+from .plan import TrimPlan
+from .units import human_bytes
+
+VALIDATION_CHECKS = (
+    "config loads offline (AutoConfig, local files only)",
+    "tokenizer loads offline",
+    "vllm serve starts (health endpoint)",
+    "generation: prefill + multi-step decode",
+    "target-path requests (long prompt / image / speculative)",
+)
+
+
+def _short(value, limit: int = 70) -> str:
+    if value is MISSING:
+        return "*(absent)*"
+    text = json.dumps(value, ensure_ascii=False)
+    if len(text) > limit:
+        if isinstance(value, (list, str)):
+            text = text[: limit - 12] + f"… ({len(value)} items)" if isinstance(value, list) else text[: limit - 1] + "…"
+        else:
+            text = text[: limit - 1] + "…"
+    return "`" + text.replace("|", "\\|") + "`"
+
+
+def _max_model_len(plan: TrimPlan) -> int:
+    """Conservative, but long enough for the longest triggering prompt (index_topk, windows)."""
+    cfg = plan.inventory.source.config
+    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
+    need = 0
+    kinds = {m.kind.attention for m in plan.mappings if m.submodel == "text"}
+    if kinds & {DSA_FULL, DSA_SHARED} and isinstance(text.get("index_topk"), int):
+        need = max(need, text["index_topk"])
+    if "sliding" in kinds and isinstance(text.get("sliding_window"), int):
+        need = max(need, text["sliding_window"])
+    if "chunked" in kinds and isinstance(text.get("attention_chunk_size"), int):
+        need = max(need, text["attention_chunk_size"])
+    length = 4096
+    while length < need + 512:
+        length *= 2
+    cap = text.get("max_position_embeddings")
+    if isinstance(cap, int) and cap > 0:
+        length = min(length, cap)
+    return length
+
+
+def serve_command(plan: TrimPlan, out_dir: Path, mode: str) -> str:
+    length = _max_model_len(plan)
+    args = [
+        "vllm", "serve", str(out_dir),
+        "--host", "127.0.0.1", "--port", "${PORT:-8000}",
+        "--tensor-parallel-size", "${TP:-1}",
+        "--max-model-len", str(length),
+        "--max-num-seqs", "1",
+        "--max-num-batched-tokens", str(length),
+        "--gpu-memory-utilization", "${GPU_MEMORY_UTILIZATION:-0.8}",
+        "--enforce-eager",
+    ]
+    if mode == "dummy":
+        args[3:3] = ["--load-format", "dummy"]
+    if plan.inventory.source.custom_code_present and plan.inventory.source.config.get("auto_map"):
+        args.append("--trust-remote-code")
+    quoted = " ".join(a if a.startswith("${") else shlex.quote(a) for a in args)
+    env = (
+        'CUDA_VISIBLE_DEVICES="${CUDA_VISIBLE_DEVICES:-0}" MACA_VISIBLE_DEVICES="${CUDA_VISIBLE_DEVICES:-0}" \\\n'
+        "HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 \\\n"
+    )
+    return env + quoted
+
+
+def render_report(plan: TrimPlan, out_dir: Path, mode: str, files: list[dict], not_copied: list[dict]) -> str:
+    inv = plan.inventory
+    src = inv.source
+    n = plan.new_depth
+    lines: list[str] = []
+    add = lines.append
+    title_mode = "dummy (config + tokenizer, no weights)" if mode == "dummy" else "real weights"
+    add(f"# {inv.model_name} — {n}-layer {mode} trim")
+    add("")
+    add(f"Made by mxtrim on {datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}.")
+    add("")
+    add("| | |")
+    add("| --- | --- |")
+    add(f"| source | `{src.root.resolve()}` |")
+    add(f"| architecture | {', '.join(src.architectures) or '—'} (`model_type` {src.model_type or '—'}; family {inv.family.display}) |")
+    add(f"| mode | {title_mode} |")
+    add(f"| text layers | {n} of {inv.text.declared_depth if inv.text else '—'} ({'automatic covering set' if plan.auto.get('text') else 'chosen by hand'}) |")
+    mtp = inv.submodels.get("mtp")
+    add(f"| MTP / draft heads | {'kept' if plan.mtp_kept else ('dropped' if mtp else 'none in the source')} |")
+    add(f"| quantization | {inv.quantization.summary() + ' (kept as is)' if inv.quantization else 'none'} |")
+    add(f"| stored tensors retained | {human_bytes(plan.retained_bytes)} of {human_bytes(inv.total_bytes)} (estimate of what a real-weight trim would hold) |")
+    add("")
+    if mode == "dummy":
+        add(
+            "Dummy loading (`--load-format dummy`) skips checkpoint reads but still allocates every parameter, "
+            "runs quantization post-processing and uses GPU memory. It exercises loading, kernels and execution "
+            "paths; it says nothing about accuracy, routing distributions or performance."
+        )
+        add("")
+
+    add("## Layer mapping (new ← original)")
+    add("")
+    add("| submodel | new | original | stored as | kind | group |")
+    add("| --- | ---: | ---: | --- | --- | :---: |")
+    for m in plan.mappings:
+        special = f" + {', '.join(m.kind.special)}" if m.kind.special else ""
+        add(f"| {m.submodel} | {m.new} | {m.old} | `{m.new_name}` ← `{m.old_name}` | {m.kind.label}{special} | {m.group} |")
+    add("")
+
+    add("## Coverage")
+    add("")
+    add("| group | kind | kept (new ← original) | request that exercises it |")
+    add("| :---: | --- | --- | --- |")
+    for c in plan.coverage:
+        kept = ", ".join(f"{a} ← {b}" for a, b in c.kept) or "**not covered**"
+        add(f"| {c.group} | {c.submodel}: {c.kind} | {kept} | {c.request} |")
+    add("")
+    if plan.omitted:
+        add("### Paths no longer covered")
+        add("")
+        for c in plan.omitted:
+            add(f"- {c.submodel}: {c.kind} — {c.available} layer(s), {human_bytes(c.bytes_dropped)} of stored tensors")
+        add("")
+
+    add("## Configuration changes")
+    add("")
+    if plan.edits:
+        add("| file | field | before | after | why |")
+        add("| --- | --- | --- | --- | --- |")
+        for e in plan.edits:
+            add(f"| {e.file} | `{e.dotted}` | {_short(e.before)} | {_short(e.after)} | {e.reason} |")
+    else:
+        add("No field needed a change.")
+    add("")
+    add("Width, expert counts, head/LoRA dimensions and quantization are unchanged; only depth was reduced. "
+        "Every other field of the source configuration is preserved as it was, in its original order.")
+    add("")
+
+    add("## Files")
+    add("")
+    add("| file | kind | bytes | from |")
+    add("| --- | --- | ---: | --- |")
+    for f in files:
+        origin = f["from"]
+        add(f"| `{f['path']}` | {f['kind']} | {f['bytes']:,} | {origin} |")
+    add("")
+    if mode == "dummy":
+        add("No weight shards and no `model.safetensors.index.json`: an index that names absent shards would only "
+            "mislead loaders, and no configuration consumer here needs one.")
+        add("")
+    if not_copied:
+        add("Not copied from the source:")
+        add("")
+        for f in not_copied:
+            add(f"- `{f['path']}` ({f['kind']}{': ' + f['detail'] if f.get('detail') else ''})")
+        add("")
+
+    add("## Environment seen")
+    add("")
+    env = environment()
+    add(f"- Python {env['python']}, {env['platform']}")
+    for name, info in env["packages"].items():
+        where = f" from `{info.origin}`" if info.origin else ""
+        add(f"- {name}: {info.version or 'not installed'}{where}")
+    add("")
+
+    add("## Serve")
+    add("")
+    add("```bash")
+    add(serve_command(plan, out_dir, mode))
+    add("```")
+    add("")
+    if plan.mtp_kept and mtp is not None:
+        add("MTP runs only with speculative decoding: add "
+            "`--speculative-config '{\"method\":\"mtp\",\"num_speculative_tokens\":1}'`.")
+        add("")
+    add("Requests that exercise the kept paths are listed in the coverage table; send a prompt and ask for "
+        "several decode steps (`max_tokens` ≥ 8) to cover prefill and decode.")
+    add("")
+
+    add("## Validation")
+    add("")
+    add("| check | status |")
+    add("| --- | --- |")
+    for check in VALIDATION_CHECKS:
+        add(f"| {check} | unverified |")
+    add("")
+    add("Nothing above has been executed yet: every check is **unverified** until it is run.")
+    add("")
+
+    if plan.issues:
+        add("## Warnings")
+        add("")
+        for i in plan.issues:
+            add(f"- {i.message}" + (f" — {i.fix}" if i.fix else ""))
+        add("")
+    return "\n".join(lines)
