@@ -595,7 +595,7 @@ def _build_inventory(source: ModelSource) -> Inventory:
         for e in quant.entries:
             if e.is_regex:
                 continue
-            prefix, idx_s, _ = splitter.match(e.value + ".").groups()
+            prefix, idx_s, _ = splitter.match(e.value + ".#").groups()
             if prefix is None:
                 continue
             idx = int(idx_s)

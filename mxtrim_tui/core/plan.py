@@ -285,9 +285,15 @@ def auto_select(inv: Inventory, submodel: str = "text") -> list[int]:
             if _plan_is_clean(inv, submodel, keep) and (best is None or (len(keep), keep) < (len(best), best)):
                 best = keep
         if best is None:
-            # add one more layer of each shared-indexer group's predecessor: DSA needs an
-            # earlier full indexer; try first layers plus their predecessors
-            best = first
+            # A prefix of the original stack keeps every index where it was, so position
+            # rules (MoE step, parity, periods) hold: the shortest prefix covering all groups.
+            indices = [l.index for l in sm.layers]
+            for k in range(max(first) + 1, len(indices) + 1):
+                if _plan_is_clean(inv, submodel, indices[:k]):
+                    best = indices[:k]
+                    break
+        if best is None:
+            best = first  # the plan will show why no set works
     # Qwen3-VL deepstack: features are injected into text layers 0..len-1
     if submodel == "text":
         need = _deepstack_len(inv)
@@ -609,8 +615,8 @@ def _rename_entry(value: str, splitter, rename: dict, stored_sub: dict):
     """New text of one module entry, or None to delete it (its layer was dropped)."""
     if value.startswith(("re:", "+:", "-:")):
         return value
-    m = splitter.match(value + ".")
-    prefix, idx_s, rest = m.groups()
+    # a sentinel segment lets "model.layers.11" (no sub-module) split like a tensor name
+    prefix, idx_s, rest = splitter.match(value + ".#").groups()
     if prefix is None:
         return value
     old_name = f"{prefix}{idx_s}"
@@ -619,7 +625,7 @@ def _rename_entry(value: str, splitter, rename: dict, stored_sub: dict):
     new_name = rename.get(old_name)
     if new_name is None:
         return None
-    rest = rest[:-1]  # the "." appended above
+    rest = rest[:-2]  # drop ".#" (or the lone "#")
     return new_name + ("." + rest if rest else "")
 
 
