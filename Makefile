@@ -24,6 +24,7 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/inventory.py
+	$(BIN)/python benchmarks/trim_dummy.py
 
 clean-venv:
 	rm -rf $(VENV)
