@@ -50,7 +50,14 @@ def _parser() -> argparse.ArgumentParser:
 
     tr = sub.add_parser("trim", help="write a trimmed output directory")
     selection_args(tr)
-    tr.add_argument("--mode", choices=["dummy"], required=True, help="dummy: config + tokenizer assets for --load-format dummy")
+    tr.add_argument(
+        "--mode",
+        choices=["dummy", "weights"],
+        required=True,
+        help="dummy: config + tokenizer assets for --load-format dummy; weights: a real checkpoint of the kept tensors",
+    )
+    tr.add_argument("--max-shard-size", type=parse_size, default=5_000_000_000, metavar="SIZE", help="weights mode: largest output shard (default 5GB)")
+    tr.add_argument("--progress", action="store_true", help="print progress events as JSON lines on stderr")
     tr.add_argument("--out", type=Path, help="output directory (must not exist)")
     tr.add_argument(
         "--workspace",
@@ -58,6 +65,10 @@ def _parser() -> argparse.ArgumentParser:
         default=Path("."),
         help="root for the default output tools/batched_test/models/<model>-<mode>-<N>layers (default: .)",
     )
+
+    tui = sub.add_parser("tui", help="open the wizard (default: on the bundled demo model)")
+    tui.add_argument("source", metavar="SRC", nargs="?", help="model directory to open")
+    tui.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
 
     demo = sub.add_parser("demo", help="build the bundled demo model (if needed) and print its path")
     demo.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
@@ -122,7 +133,17 @@ def cmd_trim(args) -> int:
         print("mxtrim: nothing written", file=sys.stderr)
         return 1
     out = args.out if args.out is not None else default_output_dir(plan, args.workspace.resolve(), args.mode)
-    result = write_dummy(plan, out)
+    progress = _progress_printer() if args.progress else None
+    if progress:
+        progress({"event": "stage", "name": "plan", "status": "done", "kept": plan.kept, "output": str(out)})
+    if args.mode == "weights":
+        from .core.weights_writer import write_weights
+
+        result = write_weights(plan, out, max_shard_bytes=args.max_shard_size, progress=progress)
+    else:
+        result = write_dummy(plan, out, progress=progress)
+    if progress:
+        progress({"event": "result", "output": str(result.path), "files": len(result.files)})
     if args.json:
         doc = plan_to_json(plan) | {"mode": args.mode, "output": str(result.path), "files": result.files}
         json.dump(doc, sys.stdout, indent=2)
@@ -136,6 +157,38 @@ def cmd_trim(args) -> int:
         render_plan(plan, console)
         console.print(f"[bold green]wrote[/] {result.path} ({len(result.files)} files; see README.md there)")
     return 0
+
+
+def _progress_printer():
+    """JSON lines on stderr, one per event, flushed: what the wizard's run screen reads."""
+
+    def emit(event: dict) -> None:
+        sys.stderr.write(json.dumps(event) + "\n")
+        sys.stderr.flush()
+
+    return emit
+
+
+def parse_size(text: str) -> int:
+    """'5GB' -> 5_000_000_000 (decimal units, as huggingface_hub); plain integers are bytes."""
+    units = {"TB": 10**12, "GB": 10**9, "MB": 10**6, "KB": 10**3, "B": 1}
+    t = text.strip().upper()
+    for unit, mult in units.items():
+        if t.endswith(unit):
+            try:
+                return int(float(t[: -len(unit)]) * mult)
+            except ValueError:
+                break
+    try:
+        return int(t)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size like 5GB, 500MB or 123456") from None
+
+
+def cmd_tui(args) -> int:
+    from .tui.app import run_app
+
+    return run_app(args.source)
 
 
 def cmd_demo(args) -> int:
@@ -158,11 +211,9 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.command is None:
-            # Until the wizard lands, the default is the inventory of the bundled demo model.
-            from .demo.build import ensure_demo_model
-
-            args = _parser().parse_args(["inspect", str(ensure_demo_model())] + (["--debug"] if args.debug else []))
-        return {"inspect": cmd_inspect, "plan": cmd_plan, "trim": cmd_trim, "demo": cmd_demo}[args.command](args)
+            args = _parser().parse_args(["tui"] + (["--debug"] if args.debug else []))
+        commands = {"inspect": cmd_inspect, "plan": cmd_plan, "trim": cmd_trim, "tui": cmd_tui, "demo": cmd_demo}
+        return commands[args.command](args)
     except SelectionError as exc:
         print(f"mxtrim: error: {exc}", file=sys.stderr)
         return 2

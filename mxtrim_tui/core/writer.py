@@ -76,8 +76,12 @@ def _write_json(path: Path, doc: dict) -> int:
     return len(text.encode("utf-8"))
 
 
-def write_dummy(plan: TrimPlan, out: Path) -> WriteResult:
-    """Write the dummy directory for ``plan`` at ``out`` (which must not exist)."""
+def write_dummy(plan: TrimPlan, out: Path, *, progress=None) -> WriteResult:
+    """Write the dummy directory for ``plan`` at ``out`` (which must not exist).
+
+    ``progress(event)`` receives dicts: ``{"event": "stage", "name", "status"}`` and
+    ``{"event": "file", "path", "bytes", "done_files", "total_files"}``."""
+    emit = progress or (lambda event: None)
     if plan.errors:
         raise OutputError(out, "the plan has blocking errors: " + "; ".join(i.message for i in plan.errors))
     src = plan.inventory.source
@@ -89,11 +93,15 @@ def write_dummy(plan: TrimPlan, out: Path) -> WriteResult:
         shutil.rmtree(tmp)
     files: list[dict] = []
     not_copied: list[dict] = []
+    assets = [f for f in src.files if f.path not in plan.new_documents and f.kind in ASSET_KINDS]
+    total = len(plan.new_documents) + len(assets) + 2
     try:
         tmp.mkdir()
+        emit({"event": "stage", "name": "write", "status": "start", "temporary": str(tmp)})
         for name, doc in plan.new_documents.items():
             size = _write_json(tmp / name, doc)
             files.append({"path": name, "kind": "config" if name == CONFIG else "quantization config", "bytes": size, "from": "rewritten"})
+            emit({"event": "file", "path": name, "bytes": size, "done_files": len(files), "total_files": total})
         for f in src.files:
             if f.path in plan.new_documents:
                 continue
@@ -103,6 +111,7 @@ def write_dummy(plan: TrimPlan, out: Path) -> WriteResult:
                 shutil.copyfile(src.root / f.path, target)  # follows symlinks: a portable copy
                 origin = "copied" + (f" (symlink → {f.symlink_target} dereferenced)" if f.symlink_target else "")
                 files.append({"path": f.path, "kind": f.kind.value, "bytes": target.stat().st_size, "from": origin})
+                emit({"event": "file", "path": f.path, "bytes": target.stat().st_size, "done_files": len(files), "total_files": total})
             else:
                 not_copied.append({"path": f.path, "kind": f.kind.value, "detail": f.detail})
         plan_doc = plan_to_json(plan)
@@ -116,6 +125,7 @@ def write_dummy(plan: TrimPlan, out: Path) -> WriteResult:
         if out.exists():
             raise OutputError(out, "appeared while writing; not overwritten")
         os.rename(tmp, out)
+        emit({"event": "stage", "name": "write", "status": "done", "output": str(out)})
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
