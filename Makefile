@@ -25,6 +25,11 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/inventory.py
 	$(BIN)/python benchmarks/trim_dummy.py
+	$(BIN)/python benchmarks/tui_startup.py
+
+screenshots: $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[test,screenshots]'
+	$(BIN)/python screenshots/make_screenshots.py
 
 clean-venv:
 	rm -rf $(VENV)

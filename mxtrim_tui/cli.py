@@ -144,8 +144,19 @@ def cmd_trim(args) -> int:
         result = write_dummy(plan, out, progress=progress)
     if progress:
         progress({"event": "result", "output": str(result.path), "files": len(result.files)})
+    checks = None
+    if args.mode == "weights":
+        checks = {
+            "integrity": result.integrity,
+            "structure": result.structure.to_json(),
+            "disk_bytes": result.estimate.total,
+            "copy_method": result.copy_method,
+            "vllm_load": "unverified",
+        }
     if args.json:
         doc = plan_to_json(plan) | {"mode": args.mode, "output": str(result.path), "files": result.files}
+        if checks is not None:
+            doc["checks"] = checks
         json.dump(doc, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
@@ -156,6 +167,14 @@ def cmd_trim(args) -> int:
         console = Console()
         render_plan(plan, console)
         console.print(f"[bold green]wrote[/] {result.path} ({len(result.files)} files; see README.md there)")
+        if checks is not None:
+            integ = result.integrity
+            console.print(
+                f"checkpoint: {integ['tensors']} tensors in {len(integ['shards'])} shard(s), "
+                f"{integ['hashes_matched']} {integ['hash']} hashes matched; index {integ['index']}"
+            )
+            console.print(f"structure: {result.structure.headline}")
+            console.print("vLLM load: unverified (run the serve command in README.md)")
     return 0
 
 

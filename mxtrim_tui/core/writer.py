@@ -70,10 +70,71 @@ def check_output_dir(out: Path, source_root: Path) -> None:
         raise OutputError(out, f"would contain the source model directory {source_root}")
 
 
-def _write_json(path: Path, doc: dict) -> int:
+def write_json(path: Path, doc: dict) -> int:
     text = json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
     path.write_text(text, encoding="utf-8")
     return len(text.encode("utf-8"))
+
+
+def temp_sibling(out: Path) -> Path:
+    """The hidden directory an output is written to before it is renamed into place."""
+    return out.with_name(f".{out.name}.partial-{os.getpid()}")
+
+
+def prepare_output(plan: TrimPlan, out: Path) -> Path:
+    """Refuse a plan with blocking errors or an unusable output; return ``out`` absolute."""
+    if plan.errors:
+        raise OutputError(out, "the plan has blocking errors: " + "; ".join(i.message for i in plan.errors))
+    out = Path(os.path.abspath(out))
+    check_output_dir(out, plan.inventory.source.root)
+    return out
+
+
+def asset_files(plan: TrimPlan):
+    """Source files copied into every output (tokenizer, templates, generation/processor
+    configs, custom code), excluding those rewritten by the plan."""
+    return [f for f in plan.inventory.source.files if f.path not in plan.new_documents and f.kind in ASSET_KINDS]
+
+
+def write_documents_and_assets(plan: TrimPlan, target: Path, emit, total_files: int, *, reserved=frozenset()):
+    """Write the rewritten config / side quantization files and copy the assets into
+    ``target``. Returns ``(files, not_copied)`` entries for the report. ``reserved``: names
+    the caller writes itself (an asset of that name is not copied, and says so)."""
+    src = plan.inventory.source
+    files: list[dict] = []
+    not_copied: list[dict] = []
+    for name, doc in plan.new_documents.items():
+        size = write_json(target / name, doc)
+        files.append({"path": name, "kind": "config" if name == CONFIG else "quantization config", "bytes": size, "from": "rewritten"})
+        emit({"event": "file", "path": name, "bytes": size, "done_files": len(files), "total_files": total_files})
+    for f in src.files:
+        if f.path in plan.new_documents:
+            continue
+        if f.kind in ASSET_KINDS and f.path not in reserved:
+            dest = target / f.path
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src.root / f.path, dest)  # follows symlinks: a portable copy
+            origin = "copied" + (f" (symlink → {f.symlink_target} dereferenced)" if f.symlink_target else "")
+            files.append({"path": f.path, "kind": f.kind.value, "bytes": dest.stat().st_size, "from": origin})
+            emit({"event": "file", "path": f.path, "bytes": dest.stat().st_size, "done_files": len(files), "total_files": total_files})
+        else:
+            detail = f"{f.detail + '; ' if f.detail else ''}name taken by mxtrim's own output" if f.kind in ASSET_KINDS else f.detail
+            not_copied.append({"path": f.path, "kind": f.kind.value, "detail": detail})
+    return files, not_copied
+
+
+def write_plan_json(plan: TrimPlan, target: Path, out: Path, mode: str) -> dict:
+    plan_doc = plan_to_json(plan)
+    plan_doc["mode"] = mode
+    plan_doc["output"] = str(out)
+    size = write_json(target / "mxtrim-plan.json", plan_doc)
+    return {"path": "mxtrim-plan.json", "kind": "trim plan", "bytes": size, "from": "written"}
+
+
+def rename_into_place(tmp: Path, out: Path) -> None:
+    if out.exists() or out.is_symlink():
+        raise OutputError(out, "appeared while writing; not overwritten")
+    os.rename(tmp, out)
 
 
 def write_dummy(plan: TrimPlan, out: Path, *, progress=None) -> WriteResult:
@@ -82,49 +143,22 @@ def write_dummy(plan: TrimPlan, out: Path, *, progress=None) -> WriteResult:
     ``progress(event)`` receives dicts: ``{"event": "stage", "name", "status"}`` and
     ``{"event": "file", "path", "bytes", "done_files", "total_files"}``."""
     emit = progress or (lambda event: None)
-    if plan.errors:
-        raise OutputError(out, "the plan has blocking errors: " + "; ".join(i.message for i in plan.errors))
-    src = plan.inventory.source
-    out = Path(os.path.abspath(out))
-    check_output_dir(out, src.root)
+    out = prepare_output(plan, out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.partial-{os.getpid()}")
+    tmp = temp_sibling(out)
     if tmp.exists():
         shutil.rmtree(tmp)
-    files: list[dict] = []
-    not_copied: list[dict] = []
-    assets = [f for f in src.files if f.path not in plan.new_documents and f.kind in ASSET_KINDS]
-    total = len(plan.new_documents) + len(assets) + 2
+    total = len(plan.new_documents) + len(asset_files(plan)) + 2
     try:
         tmp.mkdir()
         emit({"event": "stage", "name": "write", "status": "start", "temporary": str(tmp)})
-        for name, doc in plan.new_documents.items():
-            size = _write_json(tmp / name, doc)
-            files.append({"path": name, "kind": "config" if name == CONFIG else "quantization config", "bytes": size, "from": "rewritten"})
-            emit({"event": "file", "path": name, "bytes": size, "done_files": len(files), "total_files": total})
-        for f in src.files:
-            if f.path in plan.new_documents:
-                continue
-            if f.kind in ASSET_KINDS:
-                target = tmp / f.path
-                target.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(src.root / f.path, target)  # follows symlinks: a portable copy
-                origin = "copied" + (f" (symlink → {f.symlink_target} dereferenced)" if f.symlink_target else "")
-                files.append({"path": f.path, "kind": f.kind.value, "bytes": target.stat().st_size, "from": origin})
-                emit({"event": "file", "path": f.path, "bytes": target.stat().st_size, "done_files": len(files), "total_files": total})
-            else:
-                not_copied.append({"path": f.path, "kind": f.kind.value, "detail": f.detail})
-        plan_doc = plan_to_json(plan)
-        plan_doc["mode"] = "dummy"
-        plan_doc["output"] = str(out)
-        size = _write_json(tmp / "mxtrim-plan.json", plan_doc)
-        files.append({"path": "mxtrim-plan.json", "kind": "trim plan", "bytes": size, "from": "written"})
+        files, not_copied = write_documents_and_assets(plan, tmp, emit, total)
+        files.append(write_plan_json(plan, tmp, out, "dummy"))
         readme = render_report(plan, out, "dummy", files, not_copied)
         (tmp / "README.md").write_text(readme, encoding="utf-8")
         files.append({"path": "README.md", "kind": "report", "bytes": len(readme.encode()), "from": "written"})
-        if out.exists():
-            raise OutputError(out, "appeared while writing; not overwritten")
-        os.rename(tmp, out)
+        emit({"event": "file", "path": "README.md", "bytes": len(readme.encode()), "done_files": len(files), "total_files": total})
+        rename_into_place(tmp, out)
         emit({"event": "stage", "name": "write", "status": "done", "output": str(out)})
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

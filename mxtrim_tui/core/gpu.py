@@ -1,0 +1,129 @@
+"""GPU occupancy probes: NVML on NVIDIA (``pynvml`` from nvidia-ml-py), ``pymxml`` on MetaX.
+
+Every probe returns data or a reason, never raises: no driver, no library, a container
+without devices, MIG, UMA devices without dedicated memory... all read as "not available"
+with the reason, like nvitop does. Process names come from psutil when the PID is visible.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    pid: int
+    name: str
+    used_bytes: int | None
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    index: int
+    name: str
+    total_bytes: int | None
+    used_bytes: int | None
+    free_bytes: int | None
+    utilization_pct: int | None = None
+    processes: tuple[GpuProcess, ...] = ()
+    uuid: str = ""
+
+
+@dataclass(frozen=True)
+class GpuProbe:
+    vendor: str  # "nvidia", "metax", "none"
+    available: bool
+    reason: str = ""
+    gpus: tuple[GpuInfo, ...] = ()
+    driver: str = ""
+    visible_devices: str | None = field(default=None)
+
+
+def _process_name(pid: int) -> str:
+    try:
+        import psutil
+
+        return psutil.Process(pid).name()
+    except Exception:  # noqa: BLE001 - another namespace, gone, or no permission
+        return "?"
+
+
+def _nvml_probe(nv) -> GpuProbe:
+    nv.nvmlInit()
+    try:
+        driver = nv.nvmlSystemGetDriverVersion()
+        driver = driver.decode() if isinstance(driver, bytes) else str(driver)
+        gpus = []
+        for i in range(nv.nvmlDeviceGetCount()):
+            h = nv.nvmlDeviceGetHandleByIndex(i)
+            name = nv.nvmlDeviceGetName(h)
+            name = name.decode() if isinstance(name, bytes) else str(name)
+            try:
+                uuid = nv.nvmlDeviceGetUUID(h)
+                uuid = uuid.decode() if isinstance(uuid, bytes) else str(uuid)
+            except nv.NVMLError:
+                uuid = ""
+            try:
+                mem = nv.nvmlDeviceGetMemoryInfo(h)
+                total, used, free = int(mem.total), int(mem.used), int(mem.free)
+            except nv.NVMLError:  # UMA devices (GB10) have no dedicated framebuffer
+                total = used = free = None
+            try:
+                util = int(nv.nvmlDeviceGetUtilizationRates(h).gpu)
+            except nv.NVMLError:
+                util = None
+            procs = []
+            for getter in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"):
+                try:
+                    for p in getattr(nv, getter)(h):
+                        used_mem = getattr(p, "usedGpuMemory", None)
+                        procs.append(GpuProcess(int(p.pid), _process_name(int(p.pid)), int(used_mem) if used_mem else None))
+                except (nv.NVMLError, AttributeError):
+                    pass
+            gpus.append(GpuInfo(i, name, total, used, free, util, tuple(procs), uuid))
+        return GpuProbe("nvidia", True, "", tuple(gpus), driver, os.environ.get("CUDA_VISIBLE_DEVICES"))
+    finally:
+        try:
+            nv.nvmlShutdown()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def probe_nvidia() -> GpuProbe:
+    try:
+        import pynvml as nv
+    except ImportError:
+        return GpuProbe("nvidia", False, "pynvml (nvidia-ml-py) is not installed")
+    try:
+        return _nvml_probe(nv)
+    except Exception as exc:  # noqa: BLE001 - NVMLError_LibraryNotFound, DriverNotLoaded, ...
+        return GpuProbe("nvidia", False, f"NVML unavailable: {exc}")
+
+
+def probe_metax() -> GpuProbe:
+    """vLLM-MetaX machines ship ``pymxml``, an NVML-style binding of the MetaX management
+    library (functions prefixed ``mxSml``/``nvml``-compatible depending on the release)."""
+    try:
+        import pymxml as mx  # type: ignore[import-not-found]
+    except ImportError:
+        return GpuProbe("metax", False, "pymxml is not installed")
+    try:
+        # Releases expose an NVML-compatible surface; use it when present.
+        if hasattr(mx, "nvmlInit"):
+            probe = _nvml_probe(mx)
+            return GpuProbe("metax", probe.available, probe.reason, probe.gpus, probe.driver, os.environ.get("MACA_VISIBLE_DEVICES"))
+        return GpuProbe("metax", False, "pymxml found but its API is not recognised")
+    except Exception as exc:  # noqa: BLE001
+        return GpuProbe("metax", False, f"pymxml unavailable: {exc}")
+
+
+def probe_gpus() -> GpuProbe:
+    """NVIDIA first, then MetaX; the first that answers wins."""
+    nvidia = probe_nvidia()
+    if nvidia.available and nvidia.gpus:
+        return nvidia
+    metax = probe_metax()
+    if metax.available and metax.gpus:
+        return metax
+    return GpuProbe("none", False, f"{nvidia.reason}; {metax.reason}")

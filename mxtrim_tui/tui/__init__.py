@@ -1,0 +1,1 @@
+"""The Textual wizard. It only orchestrates: every decision is made by mxtrim_tui.core."""

@@ -1,0 +1,250 @@
+"""The mxtrim wizard: source → inventory → selection → budget → output → run.
+
+The app only orchestrates: every read, plan and write is done by ``mxtrim_tui.core`` (in
+thread workers, reporting back through messages) or by a ``mxtrim trim`` child process.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import subprocess
+import time
+from functools import partial
+from pathlib import Path
+
+from textual import work
+from textual.app import App
+from textual.binding import Binding
+from textual.command import Hit, Hits, Provider
+from textual.screen import ModalScreen
+from textual.widgets import Button, Static
+from textual.containers import Vertical
+from textual.worker import Worker, WorkerState
+
+from ..core.errors import InputError
+from ..core.gpu import probe_gpus
+from .screens.base import STEPS, HelpScreen
+from .screens.budget import BudgetScreen
+from .screens.inventory import InventoryScreen
+from .screens.output import OutputScreen
+from .screens.run import RunScreen, terminate, trim_argv
+from .screens.selection import SelectionScreen
+from .screens.source import SourceScreen
+from .settings import load_keymap, remember_source
+from .state import WizardState
+
+
+class ErrorScreen(ModalScreen[None]):
+    """The one place errors are shown."""
+
+    BINDINGS = [Binding("escape,enter", "dismiss", "Close", id="error.close")]
+
+    def __init__(self, title: str, message: str) -> None:
+        super().__init__()
+        self.title_text = title
+        self.message = message
+
+    def compose(self):
+        with Vertical(id="error-box"):
+            yield Static(f"[b red]✗ {self.title_text}[/]", id="error-title")
+            yield Static(self.message, id="error-message", markup=False)
+            yield Button("Close (Esc)", id="error-close", variant="error")
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        self.dismiss()
+
+
+class WizardCommands(Provider):
+    """Command palette (ctrl+p): the main actions by name."""
+
+    def _commands(self):
+        app = self.app
+        yield "Open a model directory", partial(app.action_goto, "source"), "step 1"
+        yield "Show the inventory", partial(app.action_goto, "inventory"), "step 2"
+        yield "Choose layers", partial(app.action_goto, "selection"), "step 3"
+        yield "Automatic layer selection", app.action_auto_select, "fewest layers covering every layer type"
+        yield "Show the budget", partial(app.action_goto, "budget"), "step 4"
+        yield "Choose the output", partial(app.action_goto, "output"), "step 5"
+        yield "Write the output", app.start_run, "run mxtrim trim"
+        yield "Help for this screen", app.action_help, "F1"
+
+    async def discover(self) -> Hits:
+        for name, cb, help_text in self._commands():
+            yield Hit(1.0, name, cb, help=help_text)
+
+    async def search(self, query: str) -> Hits:
+        matcher = self.matcher(query)
+        for name, cb, help_text in self._commands():
+            score = matcher.match(name)
+            if score > 0:
+                yield Hit(score, matcher.highlight(name), cb, help=help_text)
+
+
+class MxtrimApp(App):
+    CSS_PATH = "app.tcss"
+    TITLE = "mxtrim"
+    SUB_TITLE = "trim checkpoints for vLLM smoke tests"
+    COMMANDS = App.COMMANDS | {WizardCommands}
+    BINDINGS = [
+        Binding("f1", "help", "Help", id="app.help"),
+        Binding("ctrl+q", "quit", "Quit", id="app.quit", priority=True),
+    ]
+
+    def __init__(
+        self,
+        source: Path | None = None,
+        *,
+        tree_root: Path | None = None,
+        gpu_probe=probe_gpus,
+        disk_usage=shutil.disk_usage,
+        workspace: Path | None = None,
+    ):
+        super().__init__()
+        self.disk_usage = disk_usage
+        self.state = WizardState()
+        if workspace is not None:
+            self.state.workspace = workspace
+        self.initial_source = source
+        self.tree_root = tree_root
+        self.gpu_probe = gpu_probe
+        self._children: set[subprocess.Popen] = set()
+        atexit.register(self._kill_children)
+
+    def on_mount(self) -> None:
+        keymap = load_keymap()
+        if keymap:
+            self.set_keymap(keymap)
+        self.install_screen(SourceScreen(self.tree_root), "source")
+        self.install_screen(InventoryScreen(), "inventory")
+        self.install_screen(SelectionScreen(), "selection")
+        self.install_screen(BudgetScreen(), "budget")
+        self.install_screen(OutputScreen(), "output")
+        self.install_screen(RunScreen(), "run")
+        self.push_screen("source")
+        self.call_after_refresh(self._mark, "first_frame")
+        if self.initial_source is not None:
+            self.call_after_refresh(self.load_source, self.initial_source)
+
+    # --- navigation ------------------------------------------------------------------------
+    def action_goto(self, step: str) -> None:
+        if self.screen.id != step:
+            self.switch_screen(step)
+
+    def _step_index(self) -> int:
+        names = [s for s, _ in STEPS]
+        return names.index(self.screen.id) if self.screen.id in names else 0
+
+    def action_next_step(self) -> None:
+        i = self._step_index()
+        if i + 1 < len(STEPS):
+            self.action_goto(STEPS[i + 1][0])
+
+    def action_previous_step(self) -> None:
+        i = self._step_index()
+        if i > 0:
+            self.action_goto(STEPS[i - 1][0])
+
+    def action_help(self) -> None:
+        if not isinstance(self.screen, (HelpScreen, ModalScreen)):
+            self.push_screen(HelpScreen(self.screen))
+
+    def action_auto_select(self) -> None:
+        self.state.keep = {}
+        self.action_goto("selection")
+        sel = self.get_screen("selection")
+        if self.state.inventory is not None:
+            sel.replan()
+
+    # --- loading a source (thread worker) --------------------------------------------------
+    def load_source(self, path: Path) -> None:
+        screen = self.get_screen("source")
+        screen.show_loading(path)
+        self._load(path)
+
+    @work(thread=True, exclusive=True, group="load", exit_on_error=False)
+    def _load(self, path: Path):
+        from ..core.inventory import build_inventory
+        from ..core.source import open_source
+
+        inv = build_inventory(open_source(path))
+        return path, inv
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        worker = event.worker
+        if event.state == WorkerState.SUCCESS and worker.group == "load":
+            path, inv = worker.result
+            self.state = WizardState(source_path=path, inventory=inv, workspace=self.state.workspace)
+            remember_source(path.resolve())
+            self.get_screen("source").refresh_view()
+            self.call_after_refresh(self._mark, "inventory_ready")
+            self.notify(f"{inv.model_name}: {len(inv.groups)} layer types", title="Loaded", timeout=3)
+        elif event.state == WorkerState.ERROR:
+            err = worker.error
+            if worker.group == "load":
+                self.get_screen("source").show_failure(str(err))
+            title = "Bad input" if isinstance(err, InputError) else f"{type(err).__name__} in {worker.group or 'worker'}"
+            self.show_error(title, str(err))
+
+    def _mark(self, event: str) -> None:
+        """Timing marks for benchmarks/tui_startup.py (only when MXTRIM_TIMING_FILE is set)."""
+        target = os.environ.get("MXTRIM_TIMING_FILE")
+        if not target:
+            return
+        with open(target, "a") as fh:
+            fh.write(f"{event} {time.time():.6f}\n")
+        if event == "inventory_ready" and os.environ.get("MXTRIM_EXIT_WHEN_READY"):
+            self.exit()
+
+    def show_error(self, title: str, message: str) -> None:
+        self.push_screen(ErrorScreen(title, message))
+
+    # --- the run: a child process owned by the app ---------------------------------------
+    def start_run(self) -> None:
+        st = self.state
+        if st.plan is None:
+            self.show_error("Nothing to write", "Load a source and choose layers first.")
+            return
+        if st.plan.errors:
+            self.show_error("The plan is blocked", "\n".join(i.message + (f"\n  fix: {i.fix}" if i.fix else "") for i in st.plan.errors))
+            return
+        if st.output_path is None:
+            self.action_goto("output")
+            return
+        if st.output_path.exists():
+            self.show_error("Output exists", f"{st.output_path} already exists; mxtrim never overwrites an output.")
+            return
+        self.action_goto("run")
+        # the run screen composes on first show: start once it is on screen
+        self.call_after_refresh(self.get_screen("run").start, trim_argv(st))
+
+    def register_child(self, proc: subprocess.Popen) -> None:
+        self._children.add(proc)
+
+    def unregister_child(self, proc: subprocess.Popen) -> None:
+        self._children.discard(proc)
+
+    def terminate_child(self, proc: subprocess.Popen | None) -> None:
+        if proc is not None:
+            self.run_worker(partial(terminate, proc), thread=True, group="cancel", exit_on_error=False)
+
+    def _kill_children(self) -> None:
+        for proc in list(self._children):
+            terminate(proc, grace=3.0)
+        self._children.clear()
+
+    async def action_quit(self) -> None:
+        self._kill_children()
+        self.exit()
+
+
+def run_app(source: str | None = None) -> int:
+    if source is None:
+        from ..demo.build import ensure_demo_model
+
+        path = ensure_demo_model()
+    else:
+        path = Path(source)
+    MxtrimApp(path).run(headless=bool(os.environ.get("MXTRIM_HEADLESS")))
+    return 0

@@ -1,0 +1,107 @@
+"""Shared parts of the wizard's screens: the step bar, step jumps, F1 help."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical, VerticalScroll
+from textual.screen import ModalScreen, Screen
+from textual.widgets import Footer, Header, Markdown, Static
+
+STEPS = (
+    ("source", "Source"),
+    ("inventory", "Inventory"),
+    ("selection", "Selection"),
+    ("budget", "Budget"),
+    ("output", "Output"),
+    ("run", "Run"),
+)
+
+
+class StepBar(Static):
+    """1 Source › 2 Inventory › ... with the current step highlighted."""
+
+    def __init__(self, current: str) -> None:
+        super().__init__(id="stepbar")
+        self.current = current
+
+    def on_mount(self) -> None:
+        text = Text()
+        for n, (name, label) in enumerate(STEPS, 1):
+            if n > 1:
+                text.append(" › ", style="dim")
+            style = "bold reverse" if name == self.current else ""
+            text.append(f" {n} {label} ", style=style)
+        self.update(text)
+
+
+class WizardScreen(Screen):
+    """A step of the wizard. Subclasses set STEP and HELP and implement ``refresh_view``."""
+
+    STEP = "source"
+    HELP = ""
+    BINDINGS = [
+        Binding("1", "app.goto('source')", "Source", show=False, id="step.source"),
+        Binding("2", "app.goto('inventory')", "Inventory", show=False, id="step.inventory"),
+        Binding("3", "app.goto('selection')", "Selection", show=False, id="step.selection"),
+        Binding("4", "app.goto('budget')", "Budget", show=False, id="step.budget"),
+        Binding("5", "app.goto('output')", "Output", show=False, id="step.output"),
+        Binding("6", "app.goto('run')", "Run", show=False, id="step.run"),
+        Binding("ctrl+n", "app.next_step", "Next", id="step.next"),
+        Binding("ctrl+b", "app.previous_step", "Back", id="step.back"),
+    ]
+
+    def compose_header(self) -> ComposeResult:
+        yield Header(show_clock=False)
+        yield StepBar(self.STEP)
+
+    def compose_footer(self) -> ComposeResult:
+        yield Footer()
+
+    def on_screen_resume(self) -> None:
+        self.refresh_view()
+
+    def refresh_view(self) -> None:  # pragma: no cover - overridden
+        pass
+
+
+class HelpScreen(ModalScreen[None]):
+    """F1: what this screen is for and every key it answers to."""
+
+    BINDINGS = [Binding("escape,f1,q", "dismiss", "Close", id="help.close")]
+
+    def __init__(self, screen: Screen) -> None:
+        super().__init__()
+        self.target = screen
+
+    def compose(self) -> ComposeResult:
+        lines = [f"# {getattr(self.target, 'TITLE_TEXT', type(self.target).__name__)}", "", getattr(self.target, "HELP", "")]
+        lines += ["", "**Keys**", ""]
+        seen = set()
+        step = getattr(self.target, "STEP", "")
+
+        def rank(b) -> int:
+            bid = b.id or ""
+            return 0 if bid.startswith(step + ".") else 1 if bid.startswith("step.") else 2 if bid.startswith("app.") else 3
+
+        for binding in sorted(_all_bindings(self.target), key=rank):
+            label = binding.description or binding.action
+            if (binding.key, label) in seen:
+                continue
+            seen.add((binding.key, label))
+            lines.append(f"- `{self.app.get_key_display(binding)}` {label}" + (f" *(id `{binding.id}`)*" if binding.id else ""))
+        lines += ["", "Keys can be remapped by id in `~/.config/mxtrim/keymap.json`."]
+        with Vertical(id="help-box"):
+            with VerticalScroll():
+                yield Markdown("\n".join(lines))
+            yield Static("Esc / F1 closes", id="help-hint")
+
+
+def _all_bindings(screen: Screen):
+    """The screen's bindings, then the app's (Textual keeps them in BindingsMap objects)."""
+    out = []
+    for source in (screen._bindings, screen.app._bindings):
+        for _key, bindings in source.key_to_bindings.items():
+            out.extend(bindings)
+    return out

@@ -1,0 +1,179 @@
+"""Step 4: disk and GPU memory budget — exact bytes, KV per token, vLLM's start-up arithmetic,
+live GPU occupancy (refreshed in a worker, never blocking)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from rich.table import Table
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.widgets import DataTable, Input, Label, Static
+
+from ...core.budget import compute_budget
+from ...core.units import human_bytes
+from .base import WizardScreen
+
+GPU_REFRESH_SECONDS = 5.0
+
+
+def bar(used: int, total: int, width: int = 30) -> Text:
+    frac = 0.0 if total <= 0 else min(1.0, used / total)
+    full = int(round(frac * width))
+    style = "green" if frac < 0.7 else ("yellow" if frac < 0.95 else "red")
+    text = Text("█" * full, style=style)
+    text.append("░" * (width - full), style="dim")
+    text.append(f" {frac * 100:5.1f}%")
+    return text
+
+
+def output_bytes(plan, mode: str) -> int:
+    src = plan.inventory.source
+    assets = sum(f.size for f in src.files if f.kind.value in ("tokenizer", "tokenizer config", "chat template", "generation config", "processor config"))
+    if mode == "weights":
+        return plan.retained_bytes + assets
+    return assets + sum(len(str(d)) for d in plan.new_documents.values())
+
+
+class BudgetScreen(WizardScreen):
+    STEP = "budget"
+    TITLE_TEXT = "Budget"
+    HELP = (
+        "Disk: what the output will take against the free space where it goes. GPU: each visible "
+        "device's memory and the processes using it (NVML on NVIDIA, pymxml on MetaX; refreshed "
+        "every few seconds). Edit TP, context length, concurrency and memory utilisation to see "
+        "weights per GPU, KV cache per token and vLLM's predicted KV budget. Advice follows the "
+        "trimming rules: reduce context, concurrency and cache budgets before anything else."
+    )
+    BINDINGS = [Binding("ctrl+r", "refresh_gpus", "Refresh GPUs", id="budget.refresh")]
+
+    def __init__(self) -> None:
+        super().__init__(id="budget")
+        self.probe = None
+
+    def compose(self) -> ComposeResult:
+        yield from self.compose_header()
+        with VerticalScroll(id="budget-body"):
+            with Horizontal(id="budget-inputs"):
+                for name, label, value in (
+                    ("tp", "TP", "1"),
+                    ("max_model_len", "context", "4096"),
+                    ("max_num_seqs", "seqs", "1"),
+                    ("gpu_memory_utilization", "util", "0.9"),
+                    ("gpu_gib", "GPU GiB", ""),
+                ):
+                    with Vertical(classes="budget-field"):
+                        yield Label(label)
+                        yield Input(value=value, id=f"in-{name}", restrict=r"[0-9.]*")
+            yield Static("", id="disk-view")
+            yield Label("GPUs", classes="pane-title")
+            yield DataTable(id="gpu-table", cursor_type="row")
+            yield Static("", id="budget-view")
+        yield from self.compose_footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#gpu-table", DataTable).add_columns("#", "name", "memory used / total", "free", "processes")
+        self.refresh_gpus()
+        self.set_interval(GPU_REFRESH_SECONDS, self.refresh_gpus)
+        self.refresh_view()
+
+    def refresh_view(self) -> None:
+        st = self.app.state
+        disk = self.query_one("#disk-view", Static)
+        view = self.query_one("#budget-view", Static)
+        if st.plan is None:
+            disk.update("Choose layers first (step 3).")
+            view.update("")
+            return
+        target = (st.output_path or st.workspace).resolve()
+        probe_dir = next((p for p in [target, *target.parents] if p.exists()), Path("/"))
+        free = self.app.disk_usage(probe_dir).free
+        need = output_bytes(st.plan, st.mode)
+        t = Table.grid(padding=(0, 1))
+        t.add_column(style="bold")
+        t.add_column()
+        t.add_row("disk", f"{st.mode} output ≈ {human_bytes(need)} ({need:,} B); free {human_bytes(free)} at {probe_dir}")
+        t.add_row("", bar(need, free))
+        disk.update(t)
+        self._update_budget()
+
+    def _inputs(self):
+        st = self.app.state
+        values = {}
+        for name in ("tp", "max_model_len", "max_num_seqs", "gpu_memory_utilization"):
+            raw = self.query_one(f"#in-{name}", Input).value
+            try:
+                values[name] = float(raw) if name == "gpu_memory_utilization" else max(1, int(float(raw)))
+            except ValueError:
+                continue
+        gpu_total = None
+        typed = self.query_one("#in-gpu_gib", Input).value
+        if typed:
+            try:
+                gpu_total = int(float(typed) * 2**30)
+            except ValueError:
+                gpu_total = None
+        if gpu_total is None and self.probe is not None and self.probe.gpus:
+            gpu_total = self.probe.gpus[0].total_bytes  # the first visible device
+        return replace(st.budget_inputs, gpu_total_bytes=gpu_total, **values)
+
+    def _update_budget(self) -> None:
+        st = self.app.state
+        if st.plan is None:
+            return
+        inputs = self._inputs()
+        st.budget_inputs = inputs
+        b = compute_budget(st.plan, inputs)
+        t = Table.grid(padding=(0, 1))
+        t.add_column(style="bold", no_wrap=True)
+        t.add_column()
+        t.add_row("weights", f"{human_bytes(b.weights_bytes)} retained; {human_bytes(b.weights_per_gpu)} per GPU at TP={inputs.tp}")
+        for line in b.kv_lines:
+            note = f" [dim]({line.note})[/]" if line.note else ""
+            t.add_row("", f"{line.layers} × {line.kind}: {line.bytes_per_token:,} B/token per layer{note}")
+        t.add_row("KV / token", f"{b.kv_per_token:,} B per GPU (all kept layers)")
+        t.add_row("KV / sequence", f"{human_bytes(b.kv_bytes_for_context)} at max_model_len={inputs.max_model_len}")
+        if b.state_layers:
+            t.add_row("", Text(f"{b.state_layers} linear/Mamba layer(s): per-sequence state not estimated", style="dim"))
+        if b.budget_bytes is not None:
+            t.add_row("vLLM budget", f"{human_bytes(b.budget_bytes)} = total × {inputs.gpu_memory_utilization}")
+            t.add_row("activations", f"≈ {human_bytes(b.activation_bytes)} (rough profile-run peak)")
+            t.add_row("available KV", f"{human_bytes(max(0, b.available_kv_bytes))}" + (" (negative: does not fit)" if b.available_kv_bytes < 0 else ""))
+            t.add_row("KV tokens", f"{b.kv_tokens:,}" if b.kv_tokens is not None else "—")
+            t.add_row("max concurrency", f"{b.max_concurrency:.1f} × {inputs.max_model_len} tokens" if b.max_concurrency is not None else "—")
+        else:
+            t.add_row("vLLM budget", Text("not available: no GPU memory figure (no GPU visible; type GPU GiB)", style="dim"))
+        t.add_row("advice", Text("\n".join(f"{n}. {a}" for n, a in enumerate(b.advice, 1)), style="cyan"))
+        self.query_one("#budget-view", Static).update(t)
+
+    @on(Input.Changed)
+    def _changed(self, event: Input.Changed) -> None:
+        if event.input.id and event.input.id.startswith("in-"):
+            self._update_budget()
+
+    # --- GPU probe in a worker ------------------------------------------------------------
+    def action_refresh_gpus(self) -> None:
+        self.refresh_gpus()
+
+    @work(thread=True, exclusive=True, group="gpu-probe", exit_on_error=False)
+    def refresh_gpus(self) -> None:
+        probe = self.app.gpu_probe()
+        self.app.call_from_thread(self._show_probe, probe)
+
+    def _show_probe(self, probe) -> None:
+        self.probe = probe
+        table = self.query_one("#gpu-table", DataTable)
+        table.clear()
+        if not probe.available or not probe.gpus:
+            table.add_row("—", Text(f"not available: {probe.reason}", style="dim"), "", "", "")
+        for g in probe.gpus:
+            used = f"{human_bytes(g.used_bytes)} / {human_bytes(g.total_bytes)}" if g.total_bytes else "n/a (UMA)"
+            procs = ", ".join(f"{p.name}[{p.pid}]" for p in g.processes[:3]) or "idle"
+            if len(g.processes) > 3:
+                procs += f" +{len(g.processes) - 3}"
+            table.add_row(str(g.index), g.name, used, human_bytes(g.free_bytes) if g.free_bytes is not None else "—", procs)
+        self._update_budget()

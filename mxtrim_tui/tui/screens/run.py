@@ -1,0 +1,249 @@
+"""Step 6: run the trim as a real child process (`mxtrim trim ... --progress`), stream its
+log, show progress; cancel with Escape (the child removes its partial output)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.message import Message
+from textual.widgets import Label, ProgressBar, RichLog, Static
+
+from ...core.units import human_bytes
+from .base import WizardScreen
+
+LOG_LINES = 2000
+LINE_LIMIT = 400  # very long lines are cut, the rest of the log stays readable
+
+
+@dataclass
+class RunProgress:
+    done: int = 0
+    total: int = 0
+    unit: str = "files"
+    current: str = ""
+    started: float = 0.0
+
+
+class ChildLine(Message):
+    def __init__(self, stream: str, line: str) -> None:
+        super().__init__()
+        self.stream = stream
+        self.line = line
+
+
+class ChildExited(Message):
+    def __init__(self, returncode: int, stdout: str, cancelled: bool) -> None:
+        super().__init__()
+        self.returncode = returncode
+        self.stdout = stdout
+        self.cancelled = cancelled
+
+
+class RunScreen(WizardScreen):
+    STEP = "run"
+    TITLE_TEXT = "Run"
+    HELP = (
+        "The trim runs as a child process — the same `mxtrim trim` the CLI offers — and its "
+        "progress and log stream here (stdout plain, stderr yellow; the log follows the end only "
+        "while you are at the bottom). Escape cancels: the child is terminated and removes its "
+        "partial output. Validation (offline loads, vllm serve) lands with the validation issue."
+    )
+    BINDINGS = [
+        Binding("escape", "cancel", "Cancel", id="run.cancel"),
+        Binding("ctrl+s", "start", "Start", id="run.start"),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__(id="run")
+        self.process: subprocess.Popen | None = None
+        self.progress = RunProgress()
+        self._cancelled = False
+
+    def compose(self) -> ComposeResult:
+        yield from self.compose_header()
+        with Vertical(id="run-body"):
+            yield Static("Nothing started. Ctrl+S writes the output chosen in step 5.", id="run-status")
+            yield ProgressBar(id="run-progress", show_eta=False)
+            yield Static("", id="run-stats")
+            yield Label("Log", classes="pane-title")
+            yield RichLog(id="run-log", max_lines=LOG_LINES, wrap=False, markup=False, highlight=False)
+            yield Static(
+                Text("Validation: not available yet — offline loads and vllm serve land with the validation issue; "
+                     "the output's README marks every check unverified.", style="dim"),
+                id="run-validation",
+            )
+        yield from self.compose_footer()
+
+    def refresh_view(self) -> None:
+        pass
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def action_start(self) -> None:
+        self.app.start_run()
+
+    def start(self, argv: list[str]) -> None:
+        if self.running:
+            self.notify("a run is already in progress", severity="warning")
+            return
+        self._cancelled = False
+        self.progress = RunProgress(started=time.monotonic())
+        log = self.query_one("#run-log", RichLog)
+        log.clear()
+        shown = ["mxtrim"] + argv[3:] if argv[1:3] == ["-m", "mxtrim_tui"] else argv
+        log.write(Text("$ " + " ".join(shown), style="bold"))
+        self.query_one("#run-status", Static).update(Text("running…", style="bold"))
+        self.query_one("#run-progress", ProgressBar).update(total=None, progress=0)
+        self._run(argv)
+
+    @work(thread=True, exclusive=True, group="run", exit_on_error=False)
+    def _run(self, argv: list[str]) -> None:
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+        self.process = proc
+        self.app.register_child(proc)
+        out_chunks: list[str] = []
+
+        def pump_stdout() -> None:
+            for line in proc.stdout:
+                out_chunks.append(line)
+
+        reader = threading.Thread(target=pump_stdout, daemon=True)
+        reader.start()
+        for line in proc.stderr:
+            self.post_message(ChildLine("stderr", line.rstrip("\n")))
+        proc.wait()
+        reader.join(timeout=5)
+        self.app.unregister_child(proc)
+        self.post_message(ChildExited(proc.returncode, "".join(out_chunks), self._cancelled))
+
+    def _log(self, text: Text) -> None:
+        log = self.query_one("#run-log", RichLog)
+        # follow the tail only while the user is at the bottom
+        log.auto_scroll = log.is_vertical_scroll_end or log.max_scroll_y == 0
+        log.write(text)
+
+    def on_child_line(self, message: ChildLine) -> None:
+        line = message.line
+        try:
+            event = json.loads(line)
+        except ValueError:
+            event = None
+        if isinstance(event, dict) and "event" in event:
+            self._on_event(event)
+            return
+        shown = line if len(line) <= LINE_LIMIT else line[:LINE_LIMIT] + " …"
+        self._log(Text(shown, style="yellow" if message.stream == "stderr" else ""))
+
+    def _on_event(self, event: dict) -> None:
+        kind = event.get("event")
+        p = self.progress
+        if kind == "file":
+            p.unit, p.done, p.total, p.current = "files", event.get("done_files", 0), event.get("total_files", 0), event.get("path", "")
+            self._log(Text(f"wrote {event.get('path')} ({event.get('bytes', 0):,} B)", style="green"))
+        elif kind == "tensor":
+            p.unit, p.done, p.total, p.current = "bytes", event.get("done_bytes", 0), event.get("total_bytes", 0), event.get("name", "")
+        elif kind == "verify":
+            p.unit, p.done, p.total, p.current = "bytes", event.get("done_bytes", 0), event.get("total_bytes", 0), "verifying hashes"
+        elif kind == "shard":
+            if event.get("status") == "done":
+                self._log(Text(f"shard {event.get('shard')} written ({event.get('bytes', 0):,} B)", style="green"))
+        elif kind == "stage":
+            if event.get("status") != "running":
+                detail = event.get("summary") or event.get("result") or ""
+                self._log(Text(f"[{event.get('name')}] {event.get('status')}" + (f": {detail}" if detail else ""), style="cyan"))
+        elif kind == "result":
+            self._log(Text(f"output: {event.get('output')}", style="bold green"))
+        else:
+            self._log(Text(json.dumps(event), style="dim"))
+        self._show_progress(force=kind in ("stage", "result", "file"))
+
+    def _show_progress(self, force: bool = False) -> None:
+        p = self.progress
+        now = time.monotonic()
+        # thousands of tensor events: repaint at most ten times a second
+        if not force and p.done != p.total and now - getattr(self, "_painted", 0.0) < 0.1:
+            return
+        self._painted = now
+        bar = self.query_one("#run-progress", ProgressBar)
+        if p.total:
+            bar.update(total=p.total, progress=p.done)
+        elapsed = max(1e-6, time.monotonic() - p.started)
+        if p.unit == "bytes" and p.total:
+            rate = p.done / elapsed
+            eta = (p.total - p.done) / rate if rate > 0 else 0
+            stats = f"{human_bytes(p.done)} / {human_bytes(p.total)} · {human_bytes(rate)}/s · ETA {eta:4.0f} s · {p.current}"
+        else:
+            stats = f"{p.done} / {p.total} {p.unit} · {p.current}"
+        self.query_one("#run-stats", Static).update(stats)
+
+    def on_child_exited(self, message: ChildExited) -> None:
+        self.process = None
+        status = self.query_one("#run-status", Static)
+        if message.cancelled:
+            status.update(Text("cancelled — partial output removed by the child", style="bold yellow"))
+            return
+        if message.returncode == 0:
+            try:
+                doc = json.loads(message.stdout)
+                out = doc.get("output")
+            except ValueError:
+                out = None
+            self.app.state.last_output = out
+            status.update(Text(f"✓ written: {out}", style="bold green"))
+            bar = self.query_one("#run-progress", ProgressBar)
+            if bar.total is None:
+                bar.update(total=1, progress=1)
+            else:
+                bar.update(progress=bar.total)
+            self._log(Text("done (exit 0)", style="bold green"))
+        else:
+            status.update(Text(f"✗ failed (exit {message.returncode}) — see the log", style="bold red"))
+            self._log(Text(f"exit {message.returncode}", style="bold red"))
+
+    def action_cancel(self) -> None:
+        if not self.running:
+            self.app.action_previous_step()
+            return
+        self._cancelled = True
+        self.app.terminate_child(self.process)
+        self.query_one("#run-status", Static).update(Text("cancelling…", style="yellow"))
+
+
+def terminate(proc: subprocess.Popen, grace: float = 5.0) -> None:
+    """SIGTERM the child's process group (it cleans up), SIGKILL if it does not exit."""
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except (ProcessLookupError, PermissionError):
+        proc.terminate()
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+
+
+def trim_argv(state) -> list[str]:
+    argv = [sys.executable, "-m", "mxtrim_tui", "trim", str(state.source_path), "--mode", state.mode]
+    argv += state.keep_args()
+    argv += ["--out", str(state.output_path), "--progress", "--json"]
+    return argv

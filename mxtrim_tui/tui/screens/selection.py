@@ -1,0 +1,219 @@
+"""Step 3: choose layers; the plan (warnings, coverage, mapping, config diff) follows live."""
+
+from __future__ import annotations
+
+import json
+
+from rich.table import Table
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.widgets import DataTable, Input, Label, Static, TabbedContent, TabPane
+
+from ...core.config_edit import MISSING
+from ...core.plan import SelectionError, build_plan, parse_keep_spec
+from ...core.units import human_bytes, index_ranges
+from ...render import group_style
+from .base import WizardScreen
+
+
+def _short(v, limit=48) -> str:
+    if v is MISSING:
+        return "(absent)"
+    t = json.dumps(v)
+    return t if len(t) <= limit else t[: limit - 1] + "…"
+
+
+class SelectionScreen(WizardScreen):
+    STEP = "selection"
+    TITLE_TEXT = "Selection"
+    HELP = (
+        "Space toggles the highlighted layer; `a` returns to the automatic minimal set (every "
+        "distinct layer type, dependencies satisfied); `m` keeps or drops the MTP / draft heads; "
+        "`e` edits the kept set as a spec (`0,6-7`, `vision=0,26`). Warnings and blocking errors, "
+        "the coverage table, the old→new mapping and the config diff follow every change."
+    )
+    BINDINGS = [
+        Binding("space", "toggle", "Toggle", id="selection.toggle"),
+        Binding("a", "auto", "Auto", id="selection.auto"),
+        Binding("m", "toggle_mtp", "MTP", id="selection.mtp"),
+        Binding("e", "edit_spec", "Edit spec", id="selection.edit"),
+        Binding("ctrl+g", "show_tab('issues')", "Issues", show=False, id="selection.issues"),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__(id="selection")
+        self._shown_for = None
+
+    def compose(self) -> ComposeResult:
+        yield from self.compose_header()
+        with Vertical(id="selection-body"):
+            with Horizontal(id="selection-top"):
+                yield Static("", id="selection-summary")
+                yield Input(placeholder="keep spec, e.g. 0,6-7  (Enter applies)", id="spec")
+            yield DataTable(id="keep-table", cursor_type="row", zebra_stripes=True)
+            with TabbedContent(initial="issues", id="selection-tabs"):
+                with TabPane("Issues", id="issues"):
+                    yield Static("", id="issues-view")
+                with TabPane("Coverage", id="coverage"):
+                    yield Static("", id="coverage-view")
+                with TabPane("Mapping", id="mapping"):
+                    yield Static("", id="mapping-view")
+                with TabPane("Config diff", id="diff"):
+                    yield Static("", id="diff-view")
+        yield from self.compose_footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#keep-table", DataTable).add_columns("keep", "", "sub", "#", "kind", "bytes")
+        self.refresh_view()
+
+    def refresh_view(self) -> None:
+        st = self.app.state
+        if st.inventory is None:
+            self.query_one("#selection-summary", Static).update("Load a source first (step 1).")
+            return
+        if st.plan is None or st.inventory is not self._shown_for:
+            self._shown_for = st.inventory
+            self.replan()
+        else:
+            self.show_plan(st.plan)
+        self.query_one("#keep-table", DataTable).focus()
+
+    # --- plan in a worker: never block the UI ------------------------------------------
+    @work(thread=True, exclusive=True, group="plan", exit_on_error=False)
+    def replan(self) -> None:
+        st = self.app.state
+        plan = build_plan(st.inventory, st.selection())
+        self.app.call_from_thread(self._planned, plan)
+
+    def _planned(self, plan) -> None:
+        self.app.state.plan = plan
+        self.show_plan(plan)
+
+    def show_plan(self, plan) -> None:
+        inv = plan.inventory
+        kept = {(s, i) for s, idx in plan.kept.items() for i in idx}
+        table = self.query_one("#keep-table", DataTable)
+        row = table.cursor_row
+        table.clear()
+        for sm in inv.submodels.values():
+            for layer in sm.layers:
+                on_ = layer.index in (plan.kept.get(sm.name, ())) if sm.name != "mtp" else plan.mtp_kept
+                g = inv.groups[layer.group]
+                k = layer.kind
+                mlp = f"{k.mlp}×{k.experts}" if k.experts else k.mlp
+                table.add_row(
+                    Text("[x]" if on_ else "[ ]", style="bold green" if on_ else "dim"),
+                    Text(g.symbol, style=f"bold {group_style(g.id)}"),
+                    sm.name,
+                    str(layer.index),
+                    f"{k.attention} · {mlp}",
+                    human_bytes(layer.nbytes),
+                    key=f"{sm.name}:{layer.index}",
+                )
+        if table.row_count:
+            table.move_cursor(row=min(row, table.row_count - 1))
+        auto = " (auto)" if plan.auto.get("text") else ""
+        errors, warnings = len(plan.errors), len(plan.warnings)
+        status = Text()
+        status.append(f"{plan.new_depth} text layer(s){auto}: {index_ranges(plan.kept.get('text', []))}")
+        if "mtp" in inv.submodels:
+            status.append(f" · MTP {'kept' if plan.mtp_kept else 'dropped'}")
+        status.append(f" · {human_bytes(plan.retained_bytes)}")
+        if errors:
+            status.append(f" · ✗ {errors} blocking", style="bold red")
+        if warnings:
+            status.append(f" · ⚠ {warnings}", style="yellow")
+        self.query_one("#selection-summary", Static).update(status)
+
+        issues = Text()
+        for i in plan.issues:
+            issues.append(("✗ " if i.level == "error" else "⚠ ") + i.message + "\n", style="bold red" if i.level == "error" else "yellow")
+            if i.fix:
+                issues.append(f"   fix: {i.fix}\n", style="dim")
+        for c in plan.omitted:
+            issues.append(f"⚠ not covered: {c.submodel} {c.kind} ({human_bytes(c.bytes_dropped)})\n", style="yellow")
+        self.query_one("#issues-view", Static).update(issues if issues.plain else Text("✓ no warnings", style="green"))
+
+        cov = Table(box=None, pad_edge=False, expand=True)
+        for col in ("", "kind", "kept", "request"):
+            cov.add_column(col, overflow="fold")
+        for c in plan.coverage:
+            kept_txt = ", ".join(f"{a}←{b}" for a, b in c.kept) if c.kept else Text("not covered", style="bold red")
+            cov.add_row(Text(c.group, style="bold"), f"{c.submodel}: {c.kind}", kept_txt, c.request)
+        self.query_one("#coverage-view", Static).update(cov)
+
+        mp = Table(box=None, pad_edge=False, expand=True)
+        for col in ("sub", "new ← orig", "stored as"):
+            mp.add_column(col, overflow="fold")
+        for m in plan.mappings:
+            mp.add_row(m.submodel, f"{m.new} ← {m.old}", f"{m.new_name} ← {m.old_name}")
+        self.query_one("#mapping-view", Static).update(mp)
+
+        diff = Table(box=None, pad_edge=False, expand=True)
+        for col in ("field", "before", "after"):
+            diff.add_column(col, overflow="fold")
+        for e in plan.edits:
+            field = e.dotted if e.file == "config.json" else f"{e.file}:{e.dotted}"
+            diff.add_row(field, Text(_short(e.before), style="red"), Text(_short(e.after), style="green"))
+        self.query_one("#diff-view", Static).update(diff if plan.edits else "no field changes")
+
+    # --- actions -------------------------------------------------------------------------
+    def _current(self) -> tuple[str, int] | None:
+        table = self.query_one("#keep-table", DataTable)
+        if not table.row_count:
+            return None
+        key = table.coordinate_to_cell_key((table.cursor_row, 0)).row_key.value
+        sub, idx = key.split(":")
+        return sub, int(idx)
+
+    def action_toggle(self) -> None:
+        st = self.app.state
+        cur = self._current()
+        if cur is None or st.plan is None:
+            return
+        sub, idx = cur
+        if sub == "mtp":
+            self.action_toggle_mtp()
+            return
+        kept = set(st.plan.kept.get(sub, ()))
+        kept ^= {idx}
+        st.keep[sub] = tuple(sorted(kept))
+        self.replan()
+
+    def action_auto(self) -> None:
+        self.app.state.keep = {}
+        self.replan()
+
+    def action_toggle_mtp(self) -> None:
+        st = self.app.state
+        if st.plan is None or "mtp" not in st.plan.inventory.submodels:
+            self.notify("this model has no MTP / draft heads", severity="warning")
+            return
+        st.mtp = not st.plan.mtp_kept
+        self.replan()
+
+    def action_edit_spec(self) -> None:
+        spec = self.query_one("#spec", Input)
+        plan = self.app.state.plan
+        if plan is not None and not spec.value:
+            spec.value = ",".join(map(str, plan.kept.get("text", [])))
+        spec.focus()
+
+    def action_show_tab(self, tab: str) -> None:
+        self.query_one("#selection-tabs", TabbedContent).active = tab
+
+    @on(Input.Submitted, "#spec")
+    def _apply_spec(self, event: Input.Submitted) -> None:
+        st = self.app.state
+        try:
+            for part in event.value.split():
+                sub, idx = parse_keep_spec(part)
+                st.keep[sub] = None if idx == "auto" else idx
+        except SelectionError as exc:
+            self.app.show_error("Keep spec", str(exc))
+            return
+        self.query_one("#keep-table", DataTable).focus()
+        self.replan()

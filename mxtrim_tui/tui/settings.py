@@ -1,0 +1,38 @@
+"""User files: recent sources and the key map, under $XDG_CONFIG_HOME/mxtrim."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+
+def config_dir() -> Path:
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "mxtrim"
+
+
+def load_recent(limit: int = 8) -> list[str]:
+    try:
+        items = json.loads((config_dir() / "recent.json").read_text())
+        return [str(i) for i in items if isinstance(i, str)][:limit]
+    except (OSError, ValueError):
+        return []
+
+
+def remember_source(path: Path, limit: int = 8) -> None:
+    items = [str(path)] + [p for p in load_recent(limit) if p != str(path)]
+    try:
+        config_dir().mkdir(parents=True, exist_ok=True)
+        (config_dir() / "recent.json").write_text(json.dumps(items[:limit], indent=1))
+    except OSError:
+        pass  # a read-only home must not break the wizard
+
+
+def load_keymap() -> dict[str, str]:
+    """``keymap.json``: {"binding id": "keys"}, e.g. {"selection.toggle": "x"}."""
+    try:
+        doc = json.loads((config_dir() / "keymap.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return {str(k): str(v) for k, v in doc.items()} if isinstance(doc, dict) else {}

@@ -1,0 +1,203 @@
+"""The wizard driven like a user over SSH: keyboard only, real files, a real child process."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from mxtrim_tui.core.gpu import GpuProbe
+from mxtrim_tui.demo.build import build_demo
+from mxtrim_tui.synth.checkpoint import write_checkpoint
+from mxtrim_tui.synth.layouts import all_layouts
+from mxtrim_tui.tui.app import MxtrimApp
+from tui_support import plain, settle, wait_for
+
+NO_GPU = lambda: GpuProbe("none", False, "no GPU in this test")  # noqa: E731
+
+
+@pytest.fixture(autouse=True)
+def private_config(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+
+
+async def type_text(pilot, text: str) -> None:
+    for ch in text:
+        await pilot.press(ch if ch != "/" else "slash")
+
+
+async def full_session(tmp_path: Path, source: Path, size=(80, 24)):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    app = MxtrimApp(None, tree_root=tmp_path, gpu_probe=NO_GPU, workspace=ws)
+    async with app.run_test(size=size) as pilot:
+        await settle(app, pilot)
+        # 1. source: type the path, Enter
+        assert app.screen.id == "source"
+        await type_text(pilot, str(source))
+        await pilot.press("enter")
+        assert await wait_for(pilot, lambda: app.state.inventory is not None)
+        await settle(app, pilot)
+        summary = plain(app.screen.query_one("#summary"))
+        assert "architecture" in summary and "NOT executed" not in summary
+        # 2. inventory: filter to MoE layers
+        await pilot.press("ctrl+n")
+        await settle(app, pilot)
+        assert app.screen.id == "inventory"
+        table = app.screen.query_one("#layer-table")
+        all_rows = table.row_count
+        await pilot.press("slash")
+        await type_text(pilot, "moe")
+        await settle(app, pilot)
+        assert 0 < table.row_count < all_rows
+        # 3. selection: the automatic set first
+        await pilot.press("ctrl+n")
+        await settle(app, pilot)
+        assert app.screen.id == "selection"
+        assert await wait_for(pilot, lambda: app.state.plan is not None)
+        auto_plan = app.state.plan
+        assert auto_plan.auto.get("text") and not auto_plan.errors
+        assert all(c.covered for c in auto_plan.coverage if c.submodel == "text")
+        # drop the only kept dense layer (row 0 = layer 0): a coverage warning appears
+        await pilot.press("space")
+        await settle(app, pilot)
+        plan = app.state.plan
+        assert plan is not auto_plan and 0 not in plan.kept["text"]
+        issues = plain(app.screen.query_one("#issues-view"))
+        assert "not covered" in issues
+        # put it back: the warning clears
+        await pilot.press("space")
+        await settle(app, pilot)
+        assert 0 in app.state.plan.kept["text"]
+        assert "not covered" not in plain(app.screen.query_one("#issues-view"))
+        # manual spec: keep 0 and the last text layer
+        last = max(l.index for l in app.state.inventory.submodels["text"].layers)
+        await pilot.press("e")
+        app.screen.query_one("#spec").value = ""
+        await type_text(pilot, f"0,{last}")
+        await pilot.press("enter")
+        await settle(app, pilot)
+        assert app.state.plan.kept["text"] == [0, last]
+        # 4. budget, 5. output
+        await pilot.press("ctrl+n")
+        await settle(app, pilot)
+        assert app.screen.id == "budget"
+        assert "not available" in str(app.screen.query_one("#gpu-table").get_row_at(0)[1])
+        await pilot.press("ctrl+n")
+        await settle(app, pilot)
+        assert app.screen.id == "output"
+        out = app.state.output_path
+        assert out.parent == ws / "tools" / "batched_test" / "models" and out.name.endswith("-dummy-2layers")
+        # 6. run: a real `mxtrim trim` child process, log and progress streamed
+        await pilot.press("ctrl+s")
+        run = app.get_screen("run")
+        assert await wait_for(pilot, lambda: app.state.last_output is not None and not run.running, timeout=120)
+        await settle(app, pilot)
+        assert app.screen.id == "run"
+        log_text = "\n".join(str(line.text) for line in run.query_one("#run-log").lines)
+        assert "[write] start" in log_text and "wrote config.json" in log_text and "done (exit 0)" in log_text
+        assert run.progress.done == run.progress.total > 0
+    return Path(app.state.last_output)
+
+
+@pytest.mark.asyncio
+async def test_full_session_on_the_demo_model(tmp_path):
+    demo = build_demo(tmp_path / "demo")
+    out = await full_session(tmp_path, demo)
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["num_hidden_layers"] == 2 and cfg["first_k_dense_replace"] == 1
+    assert (out / "tokenizer.json").exists() and (out / "README.md").exists()
+    assert not list(out.glob("*.safetensors"))
+    assert json.loads((out / "mxtrim-plan.json").read_text())["kept"]["text"] == [0, 5]
+
+
+@pytest.mark.asyncio
+async def test_full_session_on_a_sparse_deepseek_v3(tmp_path):
+    src = write_checkpoint(tmp_path / "DeepSeek-V3", all_layouts()["deepseek_v3"](), data="sparse")
+    out = await full_session(tmp_path, src, size=(160, 48))
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["num_hidden_layers"] == 2 and cfg["first_k_dense_replace"] == 1
+    assert json.loads((out / "mxtrim-plan.json").read_text())["kept"]["text"] == [0, 60]
+
+
+@pytest.mark.asyncio
+async def test_bad_source_shows_one_clear_error(tmp_path):
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "config.json").write_text("{")
+    app = MxtrimApp(bad, tree_root=tmp_path, gpu_probe=NO_GPU, workspace=tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(app, pilot)
+        assert await wait_for(pilot, lambda: app.screen.__class__.__name__ == "ErrorScreen" and app.screen.query("#error-message"))
+        message = plain(app.screen.query_one("#error-message"))
+        assert "config.json" in message and "not valid JSON" in message
+        await pilot.press("escape")
+        await settle(app, pilot)
+        assert app.screen.id == "source" and app.state.inventory is None
+
+
+@pytest.mark.asyncio
+async def test_cancel_kills_the_child_and_quitting_leaves_no_process(tmp_path):
+    """Escape on the run screen terminates the child (SIGTERM to its group)."""
+    import psutil
+
+    demo = build_demo(tmp_path / "demo")
+    app = MxtrimApp(demo, tree_root=tmp_path, gpu_probe=NO_GPU, workspace=tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        assert await wait_for(pilot, lambda: app.state.inventory is not None)
+        await pilot.press("ctrl+n", "ctrl+n")
+        assert await wait_for(pilot, lambda: app.state.plan is not None)
+        app.state.output_path = tmp_path / "out"
+        run = app.get_screen("run")
+        # a child that runs until killed, started through the same path as a trim
+        app.action_goto("run")
+        await settle(app, pilot)
+        import sys
+
+        run.start([sys.executable, "-c", "import time,sys; print('tick', file=sys.stderr, flush=True); time.sleep(60)"])
+        assert await wait_for(pilot, lambda: run.process is not None and run.running)
+        pid = run.process.pid
+        assert await wait_for(pilot, lambda: "tick" in "\n".join(str(l.text) for l in run.query_one("#run-log").lines))
+        await pilot.press("escape")
+        assert await wait_for(pilot, lambda: not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE)
+        assert await wait_for(pilot, lambda: "cancelled" in plain(run.query_one("#run-status")))
+        # a second child, then quit the app: nothing may survive
+        run.start([sys.executable, "-c", "import time; time.sleep(60)"])
+        assert await wait_for(pilot, lambda: run.running)
+        pid2 = run.process.pid
+        await pilot.press("ctrl+q")
+    assert not psutil.pid_exists(pid2) or psutil.Process(pid2).status() == psutil.STATUS_ZOMBIE
+
+
+@pytest.mark.asyncio
+async def test_help_and_command_palette(tmp_path):
+    app = MxtrimApp(None, tree_root=tmp_path, gpu_probe=NO_GPU, workspace=tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("f1")
+        await settle(app, pilot)
+        assert await wait_for(pilot, lambda: app.screen.__class__.__name__ == "HelpScreen")
+        await pilot.press("escape")
+        await pilot.press("ctrl+p")
+        await settle(app, pilot)
+        await type_text(pilot, "inventory")
+        await pilot.press("enter")
+        await settle(app, pilot)
+        assert app.screen.id == "inventory"
+
+
+@pytest.mark.asyncio
+async def test_user_keymap_rebinds_by_binding_id(tmp_path, monkeypatch):
+    cfg = tmp_path / "config" / "mxtrim"
+    cfg.mkdir(parents=True)
+    (cfg / "keymap.json").write_text(json.dumps({"step.next": "f6"}))
+    app = MxtrimApp(None, tree_root=tmp_path, gpu_probe=NO_GPU, workspace=tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("ctrl+n")  # rebound away
+        await settle(app, pilot)
+        assert app.screen.id == "source"
+        await pilot.press("f6")
+        await settle(app, pilot)
+        assert app.screen.id == "inventory"

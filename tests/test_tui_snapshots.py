@@ -1,0 +1,100 @@
+"""Snapshot tests of every wizard screen at 80x24 and 160x48 (pytest-textual-snapshot).
+
+Everything on screen is pinned: the demo model and workspace live at fixed paths, the GPU
+probe and free disk space are fixed, the clock is off, cursors do not blink, notifications
+are cleared and workers are awaited before the capture. Update with
+`pytest tests/test_tui_snapshots.py --snapshot-update` after an intended change.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections import namedtuple
+from pathlib import Path
+
+import pytest
+
+from mxtrim_tui.core.gpu import GpuProbe
+from mxtrim_tui.demo.build import build_demo
+from mxtrim_tui.tui.app import MxtrimApp
+from tui_support import settle, wait_for
+
+FIXTURES = Path("/tmp/mxtrim-snapshot-fixtures")
+DiskUsage = namedtuple("DiskUsage", "total used free")
+SIZES = {"80x24": (80, 24), "160x48": (160, 48)}
+# screen -> Ctrl+N presses from the source screen
+STEPS = {"source": 0, "inventory": 1, "selection": 2, "budget": 3, "output": 4}
+
+
+@pytest.fixture(scope="module")
+def demo():
+    shutil.rmtree(FIXTURES, ignore_errors=True)
+    return build_demo(FIXTURES / "models" / "mxtrim-demo-moe")
+
+
+@pytest.fixture
+def make_app(demo, monkeypatch):
+    def make():
+        config = FIXTURES / "config"
+        shutil.rmtree(config, ignore_errors=True)
+        monkeypatch.setenv("XDG_CONFIG_HOME", str(config))
+        ws = FIXTURES / "ws"
+        shutil.rmtree(ws, ignore_errors=True)
+        ws.mkdir(parents=True)
+        return MxtrimApp(
+            demo,
+            tree_root=FIXTURES / "models",
+            gpu_probe=lambda: GpuProbe("none", False, "NVML unavailable on this test machine"),
+            disk_usage=lambda path: DiskUsage(500 * 2**30, 400 * 2**30, 100 * 2**30),
+            workspace=ws,
+        )
+
+    return make
+
+
+async def _ready(app, pilot, presses: int) -> None:
+    await wait_for(pilot, lambda: app.state.inventory is not None)
+    await settle(app, pilot)
+    for _ in range(presses):
+        await pilot.press("ctrl+n")
+        await settle(app, pilot)
+    if app.screen.id == "selection":
+        await wait_for(pilot, lambda: app.state.plan is not None)
+    await settle(app, pilot)
+    app.clear_notifications()
+    await pilot.pause(0.05)
+
+
+@pytest.mark.parametrize("size", SIZES)
+@pytest.mark.parametrize("screen", STEPS)
+def test_screen(snap_compare, make_app, screen, size):
+    async def run_before(pilot):
+        await _ready(pilot.app, pilot, STEPS[screen])
+
+    assert snap_compare(make_app(), terminal_size=SIZES[size], run_before=run_before)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_run_screen_after_a_dummy_trim(snap_compare, make_app, size):
+    async def run_before(pilot):
+        app = pilot.app
+        await _ready(app, pilot, 4)
+        await pilot.press("ctrl+s")
+        run = app.get_screen("run")
+        await wait_for(pilot, lambda: app.state.last_output is not None and not run.running, timeout=120)
+        await settle(app, pilot)
+        app.clear_notifications()
+        await pilot.pause(0.05)
+
+    assert snap_compare(make_app(), terminal_size=SIZES[size], run_before=run_before)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_help_screen(snap_compare, make_app, size):
+    async def run_before(pilot):
+        app = pilot.app
+        await _ready(app, pilot, 2)
+        await pilot.press("f1")
+        await settle(app, pilot)
+
+    assert snap_compare(make_app(), terminal_size=SIZES[size], run_before=run_before)

@@ -1,0 +1,44 @@
+"""Helpers for driving the wizard in tests (pilot and snapshots)."""
+
+from __future__ import annotations
+
+from textual.widgets import Input
+
+# DirectoryTree keeps a loader worker alive for the app's lifetime: never wait on it.
+BACKGROUND_GROUPS = {"_loader"}
+
+
+async def settle(app, pilot, extra: float = 0.05) -> None:
+    """Wait until every finite worker is done and the screen has refreshed."""
+    for _ in range(50):
+        busy = [w for w in app.workers if w.group not in BACKGROUND_GROUPS and not w.is_finished]
+        if not busy:
+            break
+        await app.workers.wait_for_complete(busy)
+    await pilot.pause(extra)
+    for inp in app.screen.query(Input):
+        inp.cursor_blink = False
+
+
+async def wait_for(pilot, predicate, timeout: float = 30.0, step: float = 0.1) -> bool:
+    waited = 0.0
+    while waited < timeout:
+        if predicate():
+            return True
+        await pilot.pause(step)
+        waited += step
+    return predicate()
+
+
+def plain(widget, width: int = 200) -> str:
+    """The text a Static shows (Rich renderables rendered to plain text)."""
+    from rich.console import Console
+
+    content = getattr(widget, "content", None)
+    if content is None:
+        content = widget.render()
+    if isinstance(content, str):
+        return content
+    console = Console(width=width, record=True, color_system=None, force_terminal=False, file=open("/dev/null", "w"))
+    console.print(content)
+    return console.export_text()
