@@ -1,0 +1,243 @@
+"""Real-weight extraction: throughput and peak memory of the generated script against `cp`
+and a naive safetensors load + save, on the same bytes.
+
+Fixture (random bytes, written once into .bench/extract-src/): a Llama-3-shaped checkpoint,
+hidden 4096, vocabulary 131072, 2 layers, in 2 source shards: 2.95 GB, of which the
+embedding alone is one 1 GiB tensor (and the lm head another). The trim keeps both layers,
+so every method writes the same tensor bytes: what our writer does beyond `cp` — new
+headers, re-sharding in output order — is all inside the timed run.
+
+Methods, each run in its own measuring subprocess (wall time, CPU time and peak RSS of the
+method's processes, from RUSAGE_CHILDREN). The page cache cannot be dropped here: a first
+round warms it (reported as "first run"), then ROUNDS more rounds run every method in turn.
+On this shared 2-CPU VM one 3 GB copy varies by up to 2x from run to run whichever tool
+copies, so the table gives the best warm run (the least disturbed; GB/s and × cp use it),
+the median, and the CPU time (user + system) of the best run, which contention distorts
+least. Dirty pages are flushed (os.sync) before every run so one run's writeback is not
+billed to the next.
+
+  * ours: `python -I extract_weights.py` (os.copy_file_range for page-congruent ranges,
+    its 512 KiB buffer for the others);
+  * ours, buffered: the same script with os.copy_file_range removed (buffer only);
+  * cp: `cp` of the source shards (GNU coreutils, which also uses copy_file_range);
+  * naive safetensors: safetensors.torch.load_file of every shard + save_file (wall time
+    includes importing torch; the in-process copy time is shown separately);
+  * mxtrim trim --mode weights, end to end (script + hashing every source and written range
+    + the transformers structure check), for reference.
+
+With --tmpfs the suite runs a second time with source and outputs in /dev/shm (no disk).
+On a Firecracker VM that measures the host faulting in fresh memory more than copying.
+
+Usage: python benchmarks/extract.py [--tmpfs]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from mxtrim_tui.core.extract_script import SCRIPT_NAME  # noqa: E402
+from mxtrim_tui.core.inventory import build_inventory  # noqa: E402
+from mxtrim_tui.core.plan import Selection, build_plan  # noqa: E402
+from mxtrim_tui.core.source import open_source  # noqa: E402
+from mxtrim_tui.core.units import human_bytes  # noqa: E402
+from mxtrim_tui.core.weights_writer import write_weights  # noqa: E402
+from mxtrim_tui.synth.checkpoint import write_checkpoint  # noqa: E402
+from mxtrim_tui.synth.layouts import all_layouts  # noqa: E402
+
+BENCH = ROOT / ".bench"
+SOURCE = BENCH / "extract-src"
+WORK = BENCH / "extract-work"
+LAYOUT = dict(num_layers=2, hidden_size=4096, vocab_size=131072)
+GB = 1e9
+ROUNDS = 5  # warm rounds after the first
+
+# Runs one command, then prints its wall time and the peak RSS of it and its descendants.
+MEASURE = r"""
+import json, resource, subprocess, sys, time
+cmd = json.loads(sys.argv[1])
+t0 = time.perf_counter()
+proc = subprocess.run(cmd, capture_output=True, text=True)
+wall = time.perf_counter() - t0
+if proc.returncode:
+    sys.exit(f"{cmd[:3]} failed ({proc.returncode}): {proc.stderr[-2000:]}")
+usage = resource.getrusage(resource.RUSAGE_CHILDREN)  # the command and its descendants
+print(json.dumps({"wall": wall, "cpu": usage.ru_utime + usage.ru_stime, "rss": usage.ru_maxrss * 1024, "stdout": proc.stdout}))
+"""
+
+NAIVE = r"""
+import json, sys, time
+from pathlib import Path
+from safetensors.torch import load_file, save_file
+src, out, renames = Path(sys.argv[1]), Path(sys.argv[2]), json.loads(sys.argv[3])
+t0 = time.perf_counter()
+tensors = {}
+for shard in sorted(src.glob("*.safetensors")):
+    tensors.update(load_file(shard))
+kept = {new: tensors[old] for old, new in renames}
+out.mkdir()
+save_file(kept, out / "model.safetensors", metadata={"format": "pt"})
+print(json.dumps({"copy_seconds": time.perf_counter() - t0}))
+"""
+
+
+def ensure_source() -> Path:
+    layout = all_layouts()["llama3"](**LAYOUT)
+    if (SOURCE / "config.json").exists():
+        return SOURCE
+    need = layout.total_bytes + 3.2 * GB + 2 * GB  # source + one output + margin
+    free = psutil.disk_usage(str(BENCH if BENCH.exists() else ROOT)).free
+    if free < need:
+        sys.exit(f"benchmark needs {human_bytes(need)} free under {BENCH}, {human_bytes(free)} available")
+    print(f"writing the fixture ({human_bytes(layout.total_bytes)} of random bytes) into {SOURCE} ...", flush=True)
+    tmp = SOURCE.with_name(SOURCE.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    # Headers and holes first, then every data byte overwritten with random bytes in 64 MiB
+    # chunks (random.randbytes cannot make a 1 GiB tensor in one call).
+    write_checkpoint(tmp, layout, data="sparse", max_shard_bytes=2_000_000_000)
+    for shard in sorted(tmp.glob("*.safetensors")):
+        with open(shard, "r+b") as fh:
+            start = 8 + int.from_bytes(fh.read(8), "little")
+            end = fh.seek(0, os.SEEK_END)
+            fh.seek(start)
+            while fh.tell() < end:
+                fh.write(os.urandom(min(64 << 20, end - fh.tell())))
+    tmp.rename(SOURCE)
+    return SOURCE
+
+
+def output_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and (p.suffix == ".safetensors" or p.name.endswith("index.json")))
+
+
+def measure(cmd: list[str]) -> dict:
+    os.sync()
+    proc = subprocess.run([sys.executable, "-c", MEASURE, json.dumps(cmd)], capture_output=True, text=True)
+    if proc.returncode:
+        sys.exit(proc.stderr)
+    return json.loads(proc.stdout)
+
+
+def run_suite(src: Path, work: Path, script_src: Path, plan) -> tuple[dict, list[str]]:
+    """Every method, 1 + ROUNDS rounds in turn, outputs under ``work``; returns the runs."""
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    py = sys.executable
+    script = str(shutil.copy(script_src, work / SCRIPT_NAME))
+    renames = json.dumps(plan.renames)
+    shards = [str(p) for p in sorted(src.glob("*.safetensors"))]
+
+    def ours(out):
+        return [py, "-I", script, "--source", str(src), "--out", str(out)]
+
+    def ours_buffered(out):
+        code = (f"import os, runpy, sys; del os.copy_file_range; sys.argv = ['x', '--source', {str(src)!r}, '--out', {str(out)!r}]; "
+                f"runpy.run_path({script!r}, run_name='__main__')")
+        return [py, "-I", "-c", code]
+
+    def cp(out):
+        out.mkdir()
+        return ["cp", *shards, str(out)]
+
+    def naive(out):
+        return [py, "-c", NAIVE, str(src), str(out), renames]
+
+    def full(out):
+        return [py, "-m", "mxtrim_tui", "trim", str(src), "--mode", "weights", "--keep", "0,1", "--out", str(out)]
+
+    methods = [
+        ("ours: extract_weights.py", ours),
+        ("ours: extract_weights.py, buffered fallback", ours_buffered),
+        ("cp of the source shards", cp),
+        ("naive safetensors load_file + save_file", naive),
+        ("mxtrim trim --mode weights (script + verify + structure)", full),
+    ]
+    runs: dict[str, list[dict]] = {label: [] for label, _ in methods}
+    try:
+        for round_ in range(1 + ROUNDS):
+            for i, (label, make) in enumerate(methods):
+                out = work / f"out-{i}-{round_}"
+                result = measure(make(out))
+                result["bytes"] = output_bytes(out)
+                runs[label].append(result)
+                shutil.rmtree(out)
+                print(f"  round {round_}: {label}: {result['wall']:.2f} s", flush=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return runs, (len(shards), sum(Path(s).stat().st_size for s in shards))
+
+
+def print_table(title: str, runs: dict, shards: tuple[int, int], biggest: int) -> None:
+    def best(label):
+        return min(runs[label][1:], key=lambda r: r["wall"])
+
+    def median(label):
+        walls = sorted(r["wall"] for r in runs[label][1:])
+        return walls[len(walls) // 2]
+
+    cp_label = next(label for label in runs if label.startswith("cp"))
+    cp_rate = best(cp_label)["bytes"] / best(cp_label)["wall"]
+    print()
+    print(f"{title}: {shards[0]} source shards, {human_bytes(shards[1])}, "
+          f"largest tensor {human_bytes(biggest)}; Python {sys.version.split()[0]}, {os.cpu_count()} CPUs; {ROUNDS} warm runs each")
+    print("| method | bytes written | best warm s | median warm s | CPU s (best run) | GB/s (best) | × cp | peak RSS MiB | first run s |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for label, rs in runs.items():
+        b = best(label)
+        rate = b["bytes"] / b["wall"]
+        extra = ""
+        inner = [json.loads(r["stdout"]) for r in rs[1:] if r.get("stdout", "").strip().startswith("{")]
+        if inner and "copy_seconds" in inner[0]:
+            copy = min(i["copy_seconds"] for i in inner)
+            extra = f" (in-process copy {copy:.2f} s = {b['bytes'] / copy / GB:.2f} GB/s; the rest is importing torch)"
+        rss = max(r["rss"] for r in rs)
+        print(f"| {label}{extra} | {b['bytes']:,} | {b['wall']:.2f} | {median(label):.2f} | {b['cpu']:.2f} | {rate / GB:.2f} | "
+              f"{rate / cp_rate:.2f} | {rss / 2**20:.0f} | {rs[0]['wall']:.2f} |")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tmpfs", action="store_true", help="run the suite again with source and outputs in /dev/shm")
+    args = ap.parse_args()
+    BENCH.mkdir(exist_ok=True)
+    src = ensure_source()
+    plan = build_plan(build_inventory(open_source(src)), Selection.parse(["0,1"]))
+    biggest = max(t.nbytes for t in open_source(src).iter_tensors())
+    ref_dir = BENCH / "extract-ref"
+    shutil.rmtree(ref_dir, ignore_errors=True)
+    ref = write_weights(plan, ref_dir, structure=False)
+    script = shutil.copy(ref.path / SCRIPT_NAME, BENCH / "extract-ref-script.py")
+    shutil.rmtree(ref_dir)
+    tables = []
+    print(f"on disk ({BENCH}):", flush=True)
+    tables.append((f"disk: {src}", *run_suite(src, WORK, Path(script), plan)))
+
+    # The same on tmpfs: no disk writeback in the timings, the copy cost alone.
+    shm = Path("/dev/shm")
+    size = sum(p.stat().st_size for p in src.glob("*.safetensors"))
+    if args.tmpfs and shm.is_dir() and psutil.disk_usage(str(shm)).free > 2.5 * size + 2 * GB:
+        shm_src = shm / "mxtrim-bench-src"
+        try:
+            shutil.rmtree(shm_src, ignore_errors=True)
+            shutil.copytree(src, shm_src)
+            print(f"on tmpfs ({shm}):", flush=True)
+            tables.append((f"tmpfs: {shm_src}", *run_suite(shm_src, shm / "mxtrim-bench-work", Path(script), plan)))
+        finally:
+            shutil.rmtree(shm_src, ignore_errors=True)
+    Path(script).unlink()
+    for title, runs, shards in tables:
+        print_table(title, runs, shards, biggest)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,637 @@
+"""The extraction of a real-weight trim, as data and as a standalone script.
+
+:func:`build_extraction` turns a plan into the exact output: which source byte range goes
+to which output shard under which name, in which order, and every output header byte for
+byte. :func:`render_script` writes that into ``extract_weights.py``: a Python-standard-
+library-only program that pins the source shards' header hashes and copies the ranges.
+mxtrim performs every real-weight trim by running that script, so the script a user keeps
+is the one that produced their checkpoint, and re-running it on the same source gives
+byte-identical shards.
+
+Output order (and so sharding): embeddings, text layers in their new order, MTP / draft
+heads, then everything else (final norm, lm head, vision tower, projectors). Inside each
+part, tensors keep their source order (file, offset): reads are sequential, and a run of
+tensors contiguous in the source stays contiguous in the output, so one choice of header
+padding per shard puts most of the copied bytes at the same offset modulo the page size as
+in the source. Such page-congruent ranges go through os.copy_file_range (in-kernel, and
+block-sharing on filesystems that can); the script copies the others through a small
+buffer, which measured faster than copy_file_range between page-straddling offsets.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from .plan import TrimPlan
+from .safetensors_io import build_header_bytes
+from .source import INDEX_NAME, ModelSource
+
+SCRIPT_NAME = "extract_weights.py"
+PAGE = 4096
+SINGLE_SHARD_NAME = "model.safetensors"
+DEFAULT_METADATA = {"format": "pt"}
+
+# OutputPart.kind values: what a part of the output is, for ordering and the disk breakdown.
+HEAD = "embeddings / head"
+LAYER = "layer"
+MTP = "mtp"
+OTHER = "other"
+
+_RANK_EMBEDDINGS, _RANK_LAYERS, _RANK_MTP, _RANK_REST = range(4)
+
+
+@dataclass(frozen=True)
+class TensorCopy:
+    """One output tensor: its new name and where its bytes are in the source."""
+
+    name: str  # output name
+    source_file: str  # relative to the source root
+    source_name: str
+    dtype: str
+    shape: tuple[int, ...]
+    source_begin: int  # absolute file offsets
+    source_end: int
+    part: str  # label of the OutputPart it belongs to
+
+    @property
+    def nbytes(self) -> int:
+        return self.source_end - self.source_begin
+
+
+@dataclass(frozen=True)
+class OutputShard:
+    file: str
+    tensors: tuple[TensorCopy, ...]
+    header: bytes  # the 8-byte length + the JSON header, exactly as written
+
+    @property
+    def data_bytes(self) -> int:
+        return sum(t.nbytes for t in self.tensors)
+
+    @property
+    def file_bytes(self) -> int:
+        return len(self.header) + self.data_bytes
+
+    def output_ranges(self):
+        """``(tensor, begin, end)`` with absolute offsets in the output file."""
+        pos = len(self.header)
+        for t in self.tensors:
+            yield t, pos, pos + t.nbytes
+            pos += t.nbytes
+
+
+@dataclass(frozen=True)
+class OutputPart:
+    """A piece of the output a user recognises: the embeddings, one kept layer, the MTP
+    block, the vision tower..."""
+
+    kind: str  # HEAD | LAYER | MTP | OTHER | a submodel name ("vision", ...)
+    label: str
+    rank: tuple  # sort key: output order
+    tensors: tuple[tuple[str, str], ...]  # (old name, new name)
+
+
+@dataclass(frozen=True)
+class Extraction:
+    source_root: Path
+    shards: tuple[OutputShard, ...]
+    metadata: dict[str, str]
+    parts: tuple[OutputPart, ...]
+
+    @property
+    def tensors(self) -> list[TensorCopy]:
+        return [t for s in self.shards for t in s.tensors]
+
+    @property
+    def tensor_bytes(self) -> int:
+        return sum(s.data_bytes for s in self.shards)
+
+    @property
+    def header_bytes(self) -> int:
+        return sum(len(s.header) for s in self.shards)
+
+    @property
+    def needed_source_files(self) -> list[str]:
+        return sorted({t.source_file for t in self.tensors})
+
+    def index_text(self) -> str | None:
+        """``model.safetensors.index.json`` as written: only for more than one shard."""
+        if len(self.shards) < 2:
+            return None
+        return index_text({t.name: s.file for s in self.shards for t in s.tensors}, self.tensor_bytes)
+
+
+def index_text(weight_map: dict[str, str], total_size: int) -> str:
+    # transformers v5 writes sort_keys=True, indent=2 and a final newline; the script
+    # reproduces exactly this text.
+    return json.dumps({"metadata": {"total_size": total_size}, "weight_map": weight_map}, indent=2, sort_keys=True) + "\n"
+
+
+def natural_key(name: str) -> tuple:
+    """``experts.2`` before ``experts.10``; numbers sort before words at the same place."""
+    return tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in name.split("."))
+
+
+# ---------------------------------------------------------------------------------------
+def output_parts(plan: TrimPlan) -> list[OutputPart]:
+    """The retained tensors grouped into recognisable parts, in output order.
+
+    Every retained tensor lands in exactly one part; one the inventory cannot place (it
+    should not happen: renames come from the inventory) goes to an "other" part."""
+    inv = plan.inventory
+    new_name = dict(plan.renames)
+    parts: list[OutputPart] = []
+    mapped = {(m.submodel, m.old_name): m for m in plan.mappings}
+
+    for part in inv.shared:
+        kept = tuple((t, new_name[t]) for t in part.tensors if t in new_name)
+        if not kept:
+            continue
+        if part.label == "embeddings":
+            parts.append(OutputPart(HEAD, part.label, (_RANK_EMBEDDINGS,), kept))
+        elif part.label in ("final norm", "lm head"):
+            parts.append(OutputPart(HEAD, part.label, (_RANK_REST, 0, part.label), kept))
+        else:
+            parts.append(OutputPart(OTHER, part.label, (_RANK_REST, 2, part.label), kept))
+
+    for sub_i, sm in enumerate(inv.submodels.values()):
+        for layer in sm.layers:
+            m = mapped.get((sm.name, layer.name))
+            if m is None:
+                continue
+            kept = tuple((t, new_name[t]) for t in layer.tensors if t in new_name)
+            if sm.name == "text":
+                label = f"text layer {m.new}" + (f" (was {m.old})" if m.new != m.old else "")
+                parts.append(OutputPart(LAYER, label, (_RANK_LAYERS, m.new), kept))
+            elif sm.name == "mtp":
+                label = f"MTP layer {m.old} ({m.new_name})"
+                parts.append(OutputPart(MTP, label, (_RANK_MTP, 0, m.new), kept))
+            else:
+                label = f"{sm.name} layer {m.new}" + (f" (was {m.old})" if m.new != m.old else "")
+                parts.append(OutputPart(sm.name, label, (_RANK_REST, 3, sub_i, 0, m.new), kept))
+        for p_i, part in enumerate(sm.parts):
+            kept = tuple((t, new_name[t]) for t in part.tensors if t in new_name)
+            if not kept:
+                continue
+            if sm.name == "mtp":
+                parts.append(OutputPart(MTP, f"MTP {part.label}", (_RANK_MTP, 1, p_i), kept))
+            elif sm.name == "text":
+                parts.append(OutputPart(HEAD, part.label, (_RANK_REST, 1, p_i), kept))
+            else:
+                parts.append(OutputPart(sm.name, f"{sm.name} {part.label}", (_RANK_REST, 3, sub_i, 1, p_i), kept))
+
+    placed = {old for p in parts for old, _ in p.tensors}
+    stray = tuple((o, n) for o, n in plan.renames if o not in placed)
+    if stray:
+        parts.append(OutputPart(OTHER, "other tensors", (_RANK_REST, 9), stray))
+    parts.sort(key=lambda p: p.rank)
+    return parts
+
+
+def source_metadata(src: ModelSource) -> dict[str, str]:
+    """The first source shard's ``__metadata__`` (at least ``{"format": "pt"}``, which
+    transformers requires to accept the file)."""
+    for header in src.shards.values():
+        if header.metadata:
+            meta = dict(header.metadata)
+            meta.setdefault("format", "pt")
+            return meta
+    return dict(DEFAULT_METADATA)
+
+
+def shard_names(n: int) -> list[str]:
+    if n == 1:
+        return [SINGLE_SHARD_NAME]
+    return [f"model-{i:05d}-of-{n:05d}.safetensors" for i in range(1, n + 1)]
+
+
+def build_extraction(plan: TrimPlan, max_shard_bytes: int) -> Extraction:
+    """Lay out the output: tensors in output order, greedily cut into shards of at most
+    ``max_shard_bytes`` tensor bytes (a larger tensor gets a shard of its own), headers
+    with fresh contiguous offsets. Reads nothing beyond the headers already parsed."""
+    if max_shard_bytes <= 0:
+        raise ValueError("max_shard_bytes must be positive")
+    src = plan.inventory.source
+    parts = output_parts(plan)
+    copies: list[TensorCopy] = []
+    for part in parts:
+        part_copies = []
+        for old, new in part.tensors:
+            rel = src.tensor_shard[old]
+            header = src.shards[rel]
+            info = header.tensors[old]
+            part_copies.append(
+                TensorCopy(new, rel, old, info.dtype, info.shape, header.data_start + info.begin, header.data_start + info.end, part.label)
+            )
+        copies += sorted(part_copies, key=lambda t: (t.source_file, t.source_begin, natural_key(t.name)))
+
+    groups: list[list[TensorCopy]] = []
+    current: list[TensorCopy] = []
+    size = 0
+    for c in copies:
+        if current and size + c.nbytes > max_shard_bytes:
+            groups.append(current)
+            current, size = [], 0
+        current.append(c)
+        size += c.nbytes
+    if current or not groups:
+        groups.append(current)
+
+    metadata = source_metadata(src)
+    shards = []
+    for name, group in zip(shard_names(len(groups)), groups):
+        header, _ = build_header_bytes([(t.name, t.dtype, t.shape, t.nbytes) for t in group], metadata)
+        shards.append(OutputShard(name, tuple(group), _page_congruent(header, group)))
+    return Extraction(src.root, tuple(shards), metadata, tuple(parts))
+
+
+def _page_congruent(header: bytes, group: list[TensorCopy]) -> bytes:
+    """Pad the header with trailing spaces (the format allows it; the reference writer pads
+    to a multiple of 8) so that the most bytes land at their source offset modulo PAGE.
+    Padding stays a multiple of 8, keeping the data section 8-byte aligned."""
+    votes: dict[int, int] = {}
+    offset = len(header)
+    for t in group:
+        pad = (t.source_begin - offset) % PAGE
+        if pad % 8 == 0:
+            votes[pad] = votes.get(pad, 0) + t.nbytes
+        offset += t.nbytes
+    if not votes:
+        return header
+    pad = max(votes.items(), key=lambda kv: (kv[1], -kv[0]))[0]
+    if pad == 0:
+        return header
+    raw = header[8:] + b" " * pad
+    return len(raw).to_bytes(8, "little") + raw
+
+
+# ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SourceHeaderDigest:
+    sha256: str  # of the 8-byte length + the JSON header, as stored
+    header_bytes: int
+    file_bytes: int
+
+
+def source_header_digests(src: ModelSource) -> dict[str, SourceHeaderDigest]:
+    """SHA-256 of every source shard's header bytes (what the script pins)."""
+    out = {}
+    for rel, header in src.shards.items():
+        with open(src.root / rel, "rb") as fh:
+            raw = fh.read(header.data_start)
+        out[rel] = SourceHeaderDigest(hashlib.sha256(raw).hexdigest(), len(raw), header.file_size)
+    return out
+
+
+def mxtrim_version() -> str:
+    try:
+        return importlib.metadata.version("mxtrim-tui")
+    except importlib.metadata.PackageNotFoundError:  # pragma: no cover - running from a checkout
+        return "dev"
+
+
+def _lit(value) -> str:
+    """A Python literal for strings, ints and lists of them: JSON text is exactly that
+    (json.dumps never writes escapes Python reads differently, and no true/false/null
+    appear here)."""
+    return json.dumps(value, ensure_ascii=True)
+
+
+def render_script(extraction: Extraction, digests: dict[str, SourceHeaderDigest], *, model_name: str) -> str:
+    """The text of ``extract_weights.py``. Deterministic: the same plan and source give
+    the same script."""
+    needed = set(extraction.needed_source_files)
+    lines = []
+    add = lines.append
+    add("SOURCE_SHARDS = {")
+    add("    # file: [sha256 of the header bytes (8-byte length + JSON), header bytes, file bytes, read by this script]")
+    for rel, d in digests.items():
+        add(f"    {_lit(rel)}: [{_lit(d.sha256)}, {d.header_bytes}, {d.file_bytes}, {'True' if rel in needed else 'False'}],")
+    add("}")
+    add("")
+    add(f"METADATA = {_lit(extraction.metadata)}")
+    add(f"WRITE_INDEX = {'True' if len(extraction.shards) > 1 else 'False'}")
+    add("")
+    add("OUTPUT_SHARDS = [")
+    for shard in extraction.shards:
+        add("    {")
+        add(f"        \"file\": {_lit(shard.file)},")
+        # repr: the JSON stays readable (single quotes outside, no escaped double quotes)
+        add(f"        \"header\": {shard.header[8:].decode('utf-8')!r},")
+        add("        \"tensors\": [")
+        add("            # [new name, source file, source name, dtype, shape, source begin, source end]  (absolute file offsets)")
+        for t in shard.tensors:
+            add(
+                "            ["
+                + ", ".join([_lit(t.name), _lit(t.source_file), _lit(t.source_name), _lit(t.dtype), _lit(list(t.shape)), str(t.source_begin), str(t.source_end)])
+                + "],"
+            )
+        add("        ],")
+        add("    },")
+    add("]")
+    data = "\n".join(lines)
+    header = _SCRIPT_HEAD.format(
+        model=model_name,
+        source=str(extraction.source_root),
+        version=mxtrim_version(),
+        shards=len(extraction.shards),
+        tensors=len(extraction.tensors),
+        nbytes=extraction.tensor_bytes,
+        index_note=f" and {INDEX_NAME}" if len(extraction.shards) > 1 else " (no index: one shard)",
+    )
+    return header + "\n" + data + "\n" + _SCRIPT_BODY
+
+
+# ---------------------------------------------------------------------------------------
+# The script. Standard library only; it never imports mxtrim, torch or safetensors.
+_SCRIPT_HEAD = '''#!/usr/bin/env python3
+"""Extract the trimmed real-weight checkpoint of {model} from its source shards.
+
+Generated by mxtrim {version}; mxtrim ran exactly this file to write the shards beside it.
+Source when generated: {source}
+Output: {shards} shard(s){index_note}; {tensors} tensors, {nbytes} tensor bytes.
+
+    python extract_weights.py --source SRC --out DIR [--progress]
+
+Every tensor's bytes are copied unchanged from its source range (os.copy_file_range where
+offsets are page-congruent, a 512 KiB buffer otherwise): no dtype is converted, no tensor
+is loaded whole. The source shards' header hashes are pinned below; a changed source is
+refused. DIR must not exist: the output is written to a hidden sibling and renamed into
+place at the end, and removed on error or interruption (Ctrl-C, SIGTERM). Re-running on
+the same source gives byte-identical shards. With --progress, JSON lines on stderr:
+start, shard, tensor, done, error events.
+
+Python standard library only.
+"""
+
+import argparse
+import errno
+import hashlib
+import json
+import os
+import shutil
+import signal
+import sys
+import time
+
+'''
+
+_SCRIPT_BODY = r'''
+
+INDEX_NAME = "model.safetensors.index.json"
+CHUNK = 64 << 20  # bytes per copy step: bounds each syscall and paces progress events
+BUFFER = 512 << 10  # copy buffer (the only tensor bytes ever held in memory); see Copier
+PAGE = 4096
+PROGRESS_INTERVAL = 0.1  # seconds between tensor progress events
+PROG = "extract_weights"
+
+
+class Refusal(Exception):
+    """Input this script will not work with; one line, exit status 1."""
+
+
+class Interrupted(BaseException):
+    """SIGTERM, handled like Ctrl-C so the partial output is removed."""
+
+
+class Progress:
+    def __init__(self, enabled, total_bytes, total_tensors):
+        self.enabled = enabled
+        self.total_bytes = total_bytes
+        self.total_tensors = total_tensors
+        self.done_bytes = 0
+        self.done_tensors = 0
+        self.last = 0.0
+
+    def emit(self, event, **fields):
+        if self.enabled:
+            sys.stderr.write(json.dumps(dict({"event": event}, **fields)) + "\n")
+            sys.stderr.flush()
+
+    def tensor(self, name, shard, force=False):
+        now = time.monotonic()
+        if self.enabled and (force or now - self.last >= PROGRESS_INTERVAL):
+            self.last = now
+            self.emit(
+                "tensor",
+                name=name,
+                shard=shard,
+                done_bytes=self.done_bytes,
+                total_bytes=self.total_bytes,
+                done_tensors=self.done_tensors,
+                total_tensors=self.total_tensors,
+            )
+
+
+class Copier:
+    """Copy byte ranges into the destination at its current position.
+
+    Ranges that sit at the same offset modulo the page size in both files go through
+    os.copy_file_range: the kernel copies page for page with no user-space buffer, and
+    filesystems that can share blocks (reflinks, server-side copy) do so. Other ranges are
+    read and written through one 512 KiB buffer: measured on ext4, copy_file_range between
+    page-straddling offsets runs about 40 % slower than that, while a buffer that fits the
+    CPU's L2 cache keeps up with aligned copy_file_range (8 MiB buffers were 4x slower)."""
+
+    def __init__(self):
+        self.kernel = hasattr(os, "copy_file_range")
+        self.buffer = None
+        self.bytes = {"copy_file_range": 0, "buffered": 0}
+
+    @property
+    def method(self):
+        used = [m for m, n in self.bytes.items() if n]
+        if used:
+            return " + ".join(used)
+        return "copy_file_range" if self.kernel else "buffered"
+
+    def copy(self, src_fd, dst_fd, offset, length, dst_offset):
+        """Copy up to CHUNK of the length bytes at offset to dst_offset (the destination's
+        current position); returns the bytes copied."""
+        step = min(length, CHUNK)
+        if self.kernel and (offset - dst_offset) % PAGE == 0:
+            try:
+                n = os.copy_file_range(src_fd, dst_fd, step, offset)
+            except OSError as exc:
+                # Not supported here (old kernel, cross-device, special filesystem): use the
+                # buffer from now on; any other error is real.
+                if exc.errno not in (errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL, errno.EPERM, errno.EBADF):
+                    raise
+                self.kernel = False
+                n = 0
+            if n > 0:
+                self.bytes["copy_file_range"] += n
+                return n
+            self.kernel = False  # 0 at a valid offset: let plain reads tell EOF from a quirk
+        if self.buffer is None:
+            self.buffer = memoryview(bytearray(BUFFER))
+        done = 0
+        while done < step:
+            view = self.buffer[: min(step - done, BUFFER)]
+            n = os.preadv(src_fd, [view], offset + done) if hasattr(os, "preadv") else _pread_into(src_fd, view, offset + done)
+            if n == 0:
+                raise Refusal(f"source ends at byte {offset + done} while {length - done} more bytes were expected (truncated shard?)")
+            write_all(dst_fd, view[:n])
+            done += n
+        self.bytes["buffered"] += done
+        return done
+
+
+def write_all(fd, data):
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _pread_into(fd, view, offset):
+    data = os.pread(fd, len(view), offset)
+    view[: len(data)] = data
+    return len(data)
+
+
+def check_source(source):
+    """Refuse unless every shard this script reads has the pinned header and size; shards
+    it does not read are checked when present (a different file means a different source)."""
+    if not os.path.isdir(source):
+        raise Refusal(f"{source}: source directory not found")
+    for rel, (digest, header_bytes, file_bytes, needed) in SOURCE_SHARDS.items():
+        path = os.path.join(source, rel)
+        if not os.path.exists(path):
+            if needed:
+                raise Refusal(f"{path}: source shard is missing")
+            continue
+        with open(path, "rb") as fh:
+            raw = fh.read(header_bytes)
+            size = os.fstat(fh.fileno()).st_size
+        if hashlib.sha256(raw).hexdigest() != digest:
+            raise Refusal(
+                f"{path}: header differs from the one this script was made for (sha256 {hashlib.sha256(raw).hexdigest()[:16]}..., "
+                f"pinned {digest[:16]}...): the source changed; regenerate the script with mxtrim"
+            )
+        if size != file_bytes:
+            raise Refusal(f"{path}: file is {size} bytes, the pinned source shard is {file_bytes} bytes: the source changed")
+
+
+def check_plan():
+    """The embedded headers and tensor lists must agree (a hand-edited script is refused)."""
+    for shard in OUTPUT_SHARDS:
+        header = json.loads(shard["header"])
+        entries = [(k, v) for k, v in header.items() if k != "__metadata__"]
+        if header.get("__metadata__") != METADATA or len(entries) != len(shard["tensors"]):
+            raise Refusal(f"{shard['file']}: embedded header does not match the tensor list")
+        pos = 0
+        for (hname, info), (name, src_file, src_name, dtype, shape, begin, end) in zip(entries, shard["tensors"]):
+            if (hname, info["dtype"], info["shape"], info["data_offsets"]) != (name, dtype, shape, [pos, pos + end - begin]):
+                raise Refusal(f"{shard['file']}: embedded header entry {hname!r} does not match tensor {name!r}")
+            pos += end - begin
+
+
+def write_output(source, tmp, progress):
+    copier = Copier()
+    progress.emit("start", total_bytes=progress.total_bytes, total_tensors=progress.total_tensors, shards=len(OUTPUT_SHARDS), method=copier.method)
+    sources = {}
+    files = []
+    try:
+        for i, shard in enumerate(OUTPUT_SHARDS, 1):
+            name = shard["file"]
+            header = shard["header"].encode("utf-8")
+            progress.emit("shard", shard=name, index=i, of=len(OUTPUT_SHARDS), status="start")
+            fd = os.open(os.path.join(tmp, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            try:
+                write_all(fd, len(header).to_bytes(8, "little") + header)
+                position = 8 + len(header)
+                for new_name, src_file, _src_name, _dtype, _shape, begin, end in shard["tensors"]:
+                    if src_file not in sources:
+                        sources[src_file] = os.open(os.path.join(source, src_file), os.O_RDONLY)
+                    src_fd = sources[src_file]
+                    progress.tensor(new_name, name, force=progress.done_tensors == 0)
+                    offset = begin
+                    while offset < end:
+                        n = copier.copy(src_fd, fd, offset, end - offset, position)
+                        offset += n
+                        position += n
+                        progress.done_bytes += n
+                        if offset < end:
+                            progress.tensor(new_name, name)
+                    progress.done_tensors += 1
+                expected = 8 + len(header) + sum(t[6] - t[5] for t in shard["tensors"])
+                if os.lseek(fd, 0, os.SEEK_CUR) != expected:
+                    raise OSError(errno.EIO, f"{name}: wrote {os.lseek(fd, 0, os.SEEK_CUR)} bytes, expected {expected}")
+            finally:
+                os.close(fd)
+            progress.tensor(name=shard["tensors"][-1][0] if shard["tensors"] else "", shard=name, force=True)
+            progress.emit("shard", shard=name, index=i, of=len(OUTPUT_SHARDS), status="done", bytes=expected)
+            files.append(name)
+    finally:
+        for fd in sources.values():
+            os.close(fd)
+    if WRITE_INDEX:
+        weight_map = {t[0]: s["file"] for s in OUTPUT_SHARDS for t in s["tensors"]}
+        doc = {"metadata": {"total_size": progress.total_bytes}, "weight_map": weight_map}
+        with open(os.path.join(tmp, INDEX_NAME), "w", encoding="utf-8") as fh:
+            fh.write(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+        files.append(INDEX_NAME)
+    return files, copier
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog=PROG, description="Extract the trimmed checkpoint's shards from the source shards.")
+    parser.add_argument("--source", required=True, help="the source model directory")
+    parser.add_argument("--out", required=True, help="output directory (must not exist)")
+    parser.add_argument("--progress", action="store_true", help="JSON-lines progress events on stderr")
+    args = parser.parse_args(argv)
+    total_bytes = sum(t[6] - t[5] for s in OUTPUT_SHARDS for t in s["tensors"])
+    total_tensors = sum(len(s["tensors"]) for s in OUTPUT_SHARDS)
+    progress = Progress(args.progress, total_bytes, total_tensors)
+    out = os.path.abspath(args.out)
+    tmp = os.path.join(os.path.dirname(out), "." + os.path.basename(out) + ".partial-" + str(os.getpid()))
+
+    def on_sigterm(signum, frame):
+        raise Interrupted()
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    started = time.monotonic()
+    try:
+        check_plan()
+        check_source(args.source)
+        if os.path.lexists(out):
+            raise Refusal(f"{out}: already exists; refusing to overwrite (choose another --out)")
+        os.makedirs(os.path.dirname(out), exist_ok=True)
+        os.mkdir(tmp)
+        try:
+            files, copier = write_output(args.source, tmp, progress)
+            if os.path.lexists(out):
+                raise Refusal(f"{out}: appeared while writing; not overwritten")
+            os.rename(tmp, out)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+    except Refusal as exc:
+        return fail(progress, str(exc), 1)
+    except (KeyboardInterrupt, Interrupted):
+        return fail(progress, "interrupted; partial output removed", 130)
+    except OSError as exc:
+        return fail(progress, f"{exc.filename + ': ' if exc.filename else ''}{exc.strerror or exc}", 1)
+    seconds = time.monotonic() - started
+    progress.emit("done", output=out, files=files, total_bytes=total_bytes, seconds=round(seconds, 3), method=copier.method,
+                  bytes_by_method=copier.bytes)
+    if not args.progress:
+        print(f"wrote {out}: {len(OUTPUT_SHARDS)} shard(s), {total_tensors} tensors, {total_bytes} tensor bytes "
+              f"in {seconds:.1f} s ({copier.method})")
+    return 0
+
+
+def fail(progress, message, status):
+    progress.emit("error", message=message)
+    sys.stderr.write(f"{PROG}: error: {message}\n")
+    sys.stderr.flush()
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+'''

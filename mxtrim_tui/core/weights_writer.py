@@ -1,0 +1,508 @@
+"""Real-weight output: the retained tensors, byte-exact, renamed, re-sharded, verified.
+
+Steps, each refusing before anything is written when its check fails:
+
+1. the plan has no blocking error; the output does not exist and is not inside the source;
+2. accounting: every source tensor is retained or dropped with a reason, none unassigned;
+3. disk: the exact output size (from headers) fits the free space minus a margin;
+4. ``extract_weights.py`` is generated (standalone, source header hashes pinned) and *run*
+   as a subprocess into the hidden temporary sibling; its JSON-lines progress is forwarded;
+5. configs and assets are written as in dummy mode (shared code);
+6. verification: every shard re-read with the strict header reader and compared byte for
+   byte with the planned header, the index cross-checked (``open_source``), every written
+   range hashed and compared with its source range, every kept layer's tensor set compared
+   with the source layer's, and the structure compared with the reduced model transformers
+   builds on the ``meta`` device;
+7. ``manifest.json``, ``mxtrim-plan.json`` and ``README.md`` are written and the directory
+   is renamed into place.
+
+Any error or interruption (Ctrl-C; the CLI turns SIGTERM into KeyboardInterrupt) stops the
+script, removes every partial file and leaves the source untouched.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter, deque
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+
+from .disk_budget import DiskEstimate, check_free_space, estimate_from_extraction
+from .extract_script import (
+    SCRIPT_NAME,
+    Extraction,
+    build_extraction,
+    render_script,
+    source_header_digests,
+)
+from .plan import TrimPlan
+from .report import render_report
+from .safetensors_io import read_header
+from .source import INDEX_NAME, open_source
+from .structure_check import StructureResult, check_structure, not_checked
+from .writer import (
+    OutputError,
+    WriteResult,
+    asset_files,
+    prepare_output,
+    rename_into_place,
+    temp_sibling,
+    write_documents_and_assets,
+    write_plan_json,
+)
+
+MANIFEST_NAME = "manifest.json"
+MANIFEST_SCHEMA = "mxtrim.manifest/1"
+HASH_NAME = "sha256"
+HASH_BUFFER = 1 << 20  # per hashing thread
+# Files mxtrim writes itself; a source asset of the same name is not copied over them.
+GENERATED = frozenset({SCRIPT_NAME, MANIFEST_NAME, "mxtrim-plan.json", "README.md", INDEX_NAME})
+SCRIPT_STOP_TIMEOUT = 10.0  # seconds the script gets to clean up after SIGTERM
+
+
+class AccountingError(OutputError):
+    """Some source tensor is neither retained nor dropped with a reason."""
+
+
+class VerificationError(OutputError):
+    """The written checkpoint differs from the plan (nothing is left behind)."""
+
+
+class Cancelled(Exception):
+    """The caller's cancel event was set (the wizard's Cancel); everything partial is removed."""
+
+
+def _check_cancel(cancel) -> None:
+    if cancel is not None and cancel.is_set():
+        raise Cancelled("cancelled; partial output removed")
+
+
+@dataclass(frozen=True)
+class WeightsWriteResult(WriteResult):
+    estimate: DiskEstimate
+    integrity: dict  # what verification established (shards, hashes, index, coverage)
+    structure: StructureResult
+    copy_method: str  # "copy_file_range", "buffered" or "copy_file_range + buffered"
+    seconds: dict  # stage -> seconds
+
+
+# --- accounting ---------------------------------------------------------------------------
+def check_accounting(plan: TrimPlan) -> list[str]:
+    """Problems that make a real-weight trim unsafe; empty when every source tensor is
+    retained under a unique name or dropped with a known reason."""
+    src = plan.inventory.source
+    problems: list[str] = []
+    retained = [o for o, _ in plan.renames]
+    dropped = [t for t, _ in plan.dropped]
+
+    def listing(names) -> str:
+        names = sorted(names)
+        return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+
+    unassigned = [t for t, reason in plan.dropped if reason.startswith("unassigned")]
+    if unassigned:
+        problems.append(
+            f"{len(unassigned)} tensor(s) belong to no known layer or part, so their new name is unknown: "
+            f"{listing(unassigned)} (dummy mode is unaffected; a real-weight trim needs the family taught about them)"
+        )
+    both = set(retained) & set(dropped)
+    if both:
+        problems.append(f"{len(both)} tensor(s) are both retained and dropped: {listing(both)}")
+    for what, names in (("retained", retained), ("dropped", dropped)):
+        twice = [n for n, k in Counter(names).items() if k > 1]
+        if twice:
+            problems.append(f"{len(twice)} tensor(s) are {what} more than once: {listing(twice)}")
+    known = set(retained) | set(dropped)
+    neither = [t for t in src.tensor_shard if t not in known]
+    if neither:
+        problems.append(f"{len(neither)} source tensor(s) are neither retained nor dropped: {listing(neither)}")
+    foreign = [t for t in known if t not in src.tensor_shard]
+    if foreign:
+        problems.append(f"{len(foreign)} planned tensor(s) are not in the source: {listing(foreign)}")
+    collisions = [n for n, k in Counter(n for _, n in plan.renames).items() if k > 1]
+    if collisions:
+        problems.append(f"{len(collisions)} output name(s) would be written twice: {listing(collisions)}")
+    return problems
+
+
+# --- the script run -------------------------------------------------------------------------
+class _Rate:
+    """Bytes per second and ETA over the script's progress events."""
+
+    def __init__(self):
+        self.started = time.monotonic()
+
+    def annotate(self, event: dict) -> dict:
+        elapsed = time.monotonic() - self.started
+        done, total = event.get("done_bytes"), event.get("total_bytes")
+        if isinstance(done, int) and isinstance(total, int) and elapsed > 0:
+            rate = done / elapsed
+            event["elapsed_s"] = round(elapsed, 3)
+            event["bytes_per_s"] = round(rate)
+            event["eta_s"] = round((total - done) / rate, 1) if rate > 0 else None
+        return event
+
+
+def run_extraction_script(script: Path, source: Path, out: Path, emit, cancel=None) -> dict:
+    """Run ``script`` (a generated extract_weights.py) with this Python into ``out``.
+
+    Returns the script's ``done`` event. Its ``tensor``/``shard`` events are forwarded with
+    bytes/s and ETA added; its start and end become ``stage`` events. On any exception here
+    (including KeyboardInterrupt) the script is sent SIGTERM, which makes it remove its
+    partial output, and waited for. ``cancel`` (a threading.Event) stops it the same way
+    from another thread."""
+    # -I: isolated mode (no PYTHON* variables, no user site, no script directory on the
+    # path), which also proves the script needs nothing but the standard library.
+    cmd = [sys.executable, "-I", str(script), "--source", str(source), "--out", str(out), "--progress"]
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, bufsize=1)
+    rate = _Rate()
+    done: dict | None = None
+    error: str | None = None
+    other: deque[str] = deque(maxlen=20)  # non-JSON stderr (a traceback): the end explains
+    if cancel is not None:
+        # readline blocks; a watcher stops the script as soon as cancel is set
+        def watch():
+            while proc.poll() is None:
+                if cancel.wait(0.1):
+                    stop_process(proc)
+                    return
+
+        threading.Thread(target=watch, name="mxtrim-cancel-watch", daemon=True).start()
+    try:
+        emit({"event": "stage", "name": "extract", "status": "start", "script": SCRIPT_NAME, "pid": proc.pid})
+        for line in proc.stderr:
+            line = line.rstrip("\n")
+            event = None
+            if line.startswith("{"):
+                try:
+                    event = json.loads(line)
+                except ValueError:
+                    event = None
+            if not isinstance(event, dict):
+                if line and not line.startswith("extract_weights: error:"):
+                    other.append(line)
+                continue
+            kind = event.get("event")
+            if kind == "start":
+                rate = _Rate()
+                emit({"event": "stage", "name": "extract", "status": "running", **{k: v for k, v in event.items() if k != "event"}})
+            elif kind == "tensor":
+                emit(rate.annotate(event))
+            elif kind == "shard":
+                emit(event)
+            elif kind == "done":
+                done = event
+            elif kind == "error":
+                error = str(event.get("message"))
+        rc = proc.wait()
+        _check_cancel(cancel)
+    except BaseException:
+        stop_process(proc)
+        raise
+    finally:
+        if proc.stderr is not None:
+            proc.stderr.close()
+    if rc != 0 or done is None:
+        detail = error or (other[-1] if other else "no message")
+        raise OutputError(out, f"{SCRIPT_NAME} failed (exit status {rc}): {detail}")
+    emit({"event": "stage", "name": "extract", "status": "done", **{k: v for k, v in done.items() if k != "event"}})
+    return done
+
+
+def stop_process(proc: subprocess.Popen) -> None:
+    if proc.poll() is not None:
+        return
+    try:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=SCRIPT_STOP_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    except ProcessLookupError:  # pragma: no cover - exited in between
+        pass
+
+
+# --- verification ---------------------------------------------------------------------------
+_local = threading.local()
+
+
+def hash_range(path: Path, begin: int, end: int) -> str:
+    """SHA-256 of bytes [begin, end) of a file, read in bounded chunks (thread-safe)."""
+    buf = getattr(_local, "buf", None)
+    if buf is None:
+        buf = _local.buf = bytearray(HASH_BUFFER)
+    view = memoryview(buf)
+    h = hashlib.sha256()
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        pos = begin
+        while pos < end:
+            n = os.preadv(fd, [view[: min(HASH_BUFFER, end - pos)]], pos)
+            if n == 0:
+                raise OSError(f"{path}: ends at byte {pos}, expected {end}")
+            h.update(view[:n])  # hashlib releases the GIL on large updates: threads scale
+            pos += n
+    finally:
+        os.close(fd)
+    return h.hexdigest()
+
+
+def verify_output(plan: TrimPlan, extraction: Extraction, tmp: Path, emit, cancel=None) -> tuple[dict, list[dict]]:
+    """Check the written shards against the plan; return (integrity summary, manifest rows).
+    Raises VerificationError on the first disagreement."""
+    src = plan.inventory.source
+
+    def fail(path, problem):
+        raise VerificationError(path, problem)
+
+    # 1. every shard: strict header rules, exact header bytes, exact size
+    expected_files = {s.file for s in extraction.shards}
+    present = {p.name for p in tmp.glob("*.safetensors")}
+    if present != expected_files:
+        fail(tmp, f"shards on disk {sorted(present)} differ from the planned {sorted(expected_files)}")
+    shard_rows = []
+    for shard in extraction.shards:
+        path = tmp / shard.file
+        header = read_header(path)
+        with open(path, "rb") as fh:
+            raw = fh.read(len(shard.header))
+        if raw != shard.header:
+            fail(path, "header differs from the planned header")
+        if header.file_size != shard.file_bytes:
+            fail(path, f"file is {header.file_size} bytes, planned {shard.file_bytes}")
+        shard_rows.append({"file": shard.file, "tensors": len(shard.tensors), "bytes": header.file_size})
+
+    # 2. the index: exact text when sharded, absent otherwise; open_source cross-checks it
+    index_path = tmp / INDEX_NAME
+    expected_index = extraction.index_text()
+    if expected_index is None:
+        if index_path.exists():
+            fail(index_path, "a single-shard output must not have an index")
+        index_state = "none (single shard)"
+    else:
+        if not index_path.exists() or index_path.read_text(encoding="utf-8") != expected_index:
+            fail(index_path, "index differs from the planned weight_map / total_size")
+        index_state = f"consistent ({len(extraction.tensors)} entries, total_size {extraction.tensor_bytes})"
+    written = open_source(tmp)
+    if set(written.shards) != expected_files:
+        fail(tmp, "the index names other shards than those written")
+
+    # 3. coverage: exactly the renamed set; every kept layer complete
+    out_names = set(written.tensor_shard)
+    want = {n for _, n in plan.renames}
+    if out_names != want:
+        missing, extra = sorted(want - out_names), sorted(out_names - want)
+        fail(tmp, f"output tensors differ from the plan: missing {missing[:5]}, unexpected {extra[:5]}")
+    layers = 0
+    for m in plan.mappings:
+        layer = next(l for l in plan.inventory.submodels[m.submodel].layers if l.name == m.old_name)
+        old_rest = sorted(t[len(m.old_name) + 1:] for t in layer.tensors)
+        new_prefix = m.new_name + "."
+        new_rest = sorted(n[len(new_prefix):] for n in out_names if n.startswith(new_prefix))
+        if old_rest != new_rest:
+            fail(tmp, f"{m.submodel} layer {m.old} → {m.new_name}: {len(new_rest)} tensors written, the source layer has {len(old_rest)}")
+        layers += 1
+
+    # 4. hashes of every source range and written range, in parallel
+    jobs = []
+    rows = []
+    for shard in extraction.shards:
+        for t, begin, end in shard.output_ranges():
+            row = {
+                "file": shard.file,
+                "name": t.name,
+                "output_range": [begin, end],
+                "source_file": t.source_file,
+                "source_name": t.source_name,
+                "source_range": [t.source_begin, t.source_end],
+                "dtype": t.dtype,
+                "shape": list(t.shape),
+            }
+            rows.append(row)
+            jobs.append((row, "source_" + HASH_NAME, src.root / t.source_file, t.source_begin, t.source_end))
+            jobs.append((row, "written_" + HASH_NAME, tmp / shard.file, begin, end))
+    jobs.sort(key=lambda j: j[4] - j[3], reverse=True)  # big ones first: balanced threads
+    total = 2 * extraction.tensor_bytes
+    done_bytes = 0
+    last = 0.0
+    emit({"event": "stage", "name": "verify", "status": "start", "total_bytes": total})
+    pool = ThreadPoolExecutor(max_workers=max(2, min(8, os.cpu_count() or 2)))
+    try:
+        futures = {pool.submit(hash_range, path, b, e): (row, key, e - b) for row, key, path, b, e in jobs}
+        for fut in as_completed(futures):
+            row, key, n = futures[fut]
+            row[key] = fut.result()
+            _check_cancel(cancel)
+            done_bytes += n
+            now = time.monotonic()
+            if now - last >= 0.1 or done_bytes == total:
+                last = now
+                emit({"event": "verify", "done_bytes": done_bytes, "total_bytes": total})
+    finally:
+        # on an interruption, queued hashes are dropped; running ones end with their tensor
+        pool.shutdown(wait=True, cancel_futures=True)
+    bad = [r for r in rows if r["source_" + HASH_NAME] != r["written_" + HASH_NAME]]
+    if bad:
+        fail(tmp / bad[0]["file"], f"tensor {bad[0]['name']!r}: written bytes differ from the source range ({len(bad)} tensor(s) differ)")
+
+    dropped_reasons = Counter(reason for _, reason in plan.dropped)
+    integrity = {
+        "shards": shard_rows,
+        "tensors": len(rows),
+        "tensor_bytes": extraction.tensor_bytes,
+        "hash": HASH_NAME,
+        "hashes_matched": len(rows),
+        "headers": "strict format rules passed; headers equal the planned headers byte for byte",
+        "index": index_state,
+        "layers_complete": layers,
+        "retained": len(plan.renames),
+        "renamed": sum(1 for o, n in plan.renames if o != n),
+        "dropped": len(plan.dropped),
+        "dropped_reasons": dict(sorted(dropped_reasons.items())),
+        "dropped_bytes": sum(src.tensor(t).nbytes for t, _ in plan.dropped),
+    }
+    return integrity, rows
+
+
+def _write_lines_json(path: Path, doc: dict, list_keys: tuple[str, ...]) -> int:
+    """JSON with one line per entry of the big lists: diffable and still one json.load."""
+    parts = []
+    for key, value in doc.items():
+        if key in list_keys and isinstance(value, list):
+            body = ",\n".join("    " + json.dumps(v, ensure_ascii=False) for v in value)
+            parts.append(f"  {json.dumps(key)}: [\n{body}\n  ]" if value else f"  {json.dumps(key)}: []")
+        else:
+            parts.append(f"  {json.dumps(key)}: " + json.dumps(value, ensure_ascii=False, indent=2).replace("\n", "\n  "))
+    text = "{\n" + ",\n".join(parts) + "\n}\n"
+    path.write_text(text, encoding="utf-8")
+    return len(text.encode("utf-8"))
+
+
+# --- the writer ---------------------------------------------------------------------------
+def write_weights(
+    plan: TrimPlan, out: Path, *, max_shard_bytes: int = 5_000_000_000, progress=None, structure: bool = True, cancel=None
+) -> WeightsWriteResult:
+    """Write the real-weight checkpoint of ``plan`` at ``out`` (which must not exist).
+
+    ``progress(event)`` receives dicts: ``stage`` events (budget, extract, files, verify,
+    structure, write), the script's ``tensor`` events (``name``, ``shard``, ``done_bytes``,
+    ``total_bytes``, plus ``bytes_per_s`` and ``eta_s``) and ``shard`` events, ``file``
+    events for configs and assets, and ``verify`` events (``done_bytes``, ``total_bytes``).
+    ``structure=False`` skips the transformers structure check (it imports torch).
+    ``cancel``: a threading.Event another thread may set (a UI's Cancel button): the run
+    stops at the next event (the script within 0.1 s) and raises :class:`Cancelled`, with
+    everything partial removed — what Ctrl-C does in the CLI."""
+    emit = progress or (lambda event: None)
+    timings: dict[str, float] = {}
+    out = prepare_output(plan, out)
+    src = plan.inventory.source
+    if not src.shards:
+        raise OutputError(src.root, "the source has no safetensors weights: nothing to extract (use --mode dummy)")
+    problems = check_accounting(plan)
+    if problems:
+        raise AccountingError(src.root, "tensor accounting failed, nothing written: " + "; ".join(problems))
+
+    t0 = time.monotonic()
+    extraction = build_extraction(plan, max_shard_bytes)
+    estimate = estimate_from_extraction(plan, extraction)
+    ok, free, message = check_free_space(estimate, out)
+    if not ok:
+        raise OutputError(out, message)
+    emit({"event": "stage", "name": "budget", "status": "done", "total_bytes": estimate.total, "free_bytes": free,
+          "shards": estimate.shards, "parts": [list(p) for p in estimate.parts]})
+    digests = source_header_digests(src)
+    script_text = render_script(extraction, digests, model_name=plan.inventory.model_name)
+    timings["prepare"] = time.monotonic() - t0
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temp_sibling(out)
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    script_tmp = out.with_name(f".{out.name}.extract-{os.getpid()}.py")
+    try:
+        script_tmp.write_text(script_text, encoding="utf-8")
+        t0 = time.monotonic()
+        done = run_extraction_script(script_tmp, src.root, tmp, emit, cancel)
+        timings["extract"] = time.monotonic() - t0
+        os.replace(script_tmp, tmp / SCRIPT_NAME)
+
+        files: list[dict] = []
+        for shard in extraction.shards:
+            files.append({"path": shard.file, "kind": "weights", "bytes": shard.file_bytes,
+                          "from": f"{len(shard.tensors)} tensors extracted by {SCRIPT_NAME}"})
+        index = extraction.index_text()
+        if index is not None:
+            files.append({"path": INDEX_NAME, "kind": "weight index", "bytes": len(index.encode()), "from": f"written by {SCRIPT_NAME}"})
+        files.append({"path": SCRIPT_NAME, "kind": "extraction script", "bytes": len(script_text.encode()),
+                      "from": "generated; run by mxtrim to write the shards"})
+        emit({"event": "stage", "name": "files", "status": "start"})
+        total_files = len(plan.new_documents) + len(asset_files(plan))
+        more, not_copied = write_documents_and_assets(plan, tmp, emit, total_files, reserved=GENERATED)
+        files += more
+        for f in not_copied:
+            if f["kind"] in ("weights", "weight index"):
+                f["detail"] = "replaced by the extracted shards" + (" and their index" if len(extraction.shards) > 1 else "")
+
+        t0 = time.monotonic()
+        integrity, rows = verify_output(plan, extraction, tmp, emit, cancel)
+        emit({"event": "stage", "name": "verify", "status": "done", "tensors": integrity["tensors"], "hashes_matched": integrity["hashes_matched"]})
+        timings["verify"] = time.monotonic() - t0
+
+        _check_cancel(cancel)
+        t0 = time.monotonic()
+        emit({"event": "stage", "name": "structure", "status": "start"})
+        result = check_structure(tmp, plan) if structure else not_checked("skipped (structure=False)")
+        emit({"event": "stage", "name": "structure", "status": "done", "result": result.status, "summary": result.summary})
+        timings["structure"] = time.monotonic() - t0
+        _check_cancel(cancel)
+
+        files.append(write_plan_json(plan, tmp, out, "weights"))
+        manifest = {
+            "schema": MANIFEST_SCHEMA,
+            "source": str(src.root.resolve()),
+            "output": str(out),
+            "hash": HASH_NAME,
+            "copy_method": done.get("method"),
+            "source_headers": {rel: {"sha256": d.sha256, "header_bytes": d.header_bytes, "file_bytes": d.file_bytes} for rel, d in digests.items()},
+            "shards": integrity["shards"],
+            "totals": {k: integrity[k] for k in ("tensors", "tensor_bytes", "retained", "renamed", "dropped", "dropped_bytes")},
+            "structure": result.to_json(),
+            "tensors": rows,
+            "dropped": [{"name": t, "source_file": src.tensor_shard[t], "reason": r} for t, r in plan.dropped],
+        }
+        size = _write_lines_json(tmp / MANIFEST_NAME, manifest, ("tensors", "dropped"))
+        files.append({"path": MANIFEST_NAME, "kind": "manifest", "bytes": size, "from": f"written (every tensor's ranges and {HASH_NAME} hashes)"})
+
+        weights_info = {
+            "integrity": integrity,
+            "structure": result,
+            "copy_method": done.get("method"),
+            "estimate": estimate,
+            "script": SCRIPT_NAME,
+            "manifest": MANIFEST_NAME,
+            "seconds": {k: round(v, 3) for k, v in timings.items()},
+        }
+        readme = render_report(plan, out, "weights", files, not_copied, weights=weights_info)
+        (tmp / "README.md").write_text(readme, encoding="utf-8")
+        files.append({"path": "README.md", "kind": "report", "bytes": len(readme.encode()), "from": "written"})
+        rename_into_place(tmp, out)
+        emit({"event": "stage", "name": "write", "status": "done", "output": str(out)})
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        script_tmp.unlink(missing_ok=True)
+        # a script killed before it could clean up leaves its own hidden sibling of tmp
+        for stray in tmp.parent.iterdir():
+            if stray.name.startswith(f".{tmp.name}.partial-"):
+                shutil.rmtree(stray, ignore_errors=True)
+        raise
+    return WeightsWriteResult(out, files, not_copied, estimate, integrity, result, done.get("method", ""), timings)
+
