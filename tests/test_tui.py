@@ -201,3 +201,37 @@ async def test_user_keymap_rebinds_by_binding_id(tmp_path, monkeypatch):
         await pilot.press("f6")
         await settle(app, pilot)
         assert app.screen.id == "inventory"
+
+
+@pytest.mark.asyncio
+async def test_real_weight_run_shows_bytes_progress_and_verification(tmp_path):
+    """Output screen: choose real weights (keyboard), see the disk budget; run screen: byte
+    progress from the extraction script and the verification results."""
+    demo = build_demo(tmp_path / "demo")
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    app = MxtrimApp(demo, tree_root=tmp_path, gpu_probe=NO_GPU, workspace=ws)
+    async with app.run_test(size=(100, 30)) as pilot:
+        assert await wait_for(pilot, lambda: app.state.inventory is not None)
+        await settle(app, pilot)
+        for _ in range(4):
+            await pilot.press("ctrl+n")
+            await settle(app, pilot)
+        assert app.screen.id == "output"
+        app.screen.query_one("#mode").focus()
+        await pilot.press("down", "enter")
+        await settle(app, pilot)
+        assert app.state.mode == "weights" and app.state.output_path.name.endswith("-weights-2layers")
+        summary = plain(app.screen.query_one("#output-summary"))
+        assert "free on the filesystem" in summary and "shard(s)" in summary
+        await pilot.press("ctrl+s")
+        run = app.get_screen("run")
+        assert await wait_for(pilot, lambda: app.state.last_output is not None and not run.running, timeout=180)
+        await settle(app, pilot)
+        log_text = "\n".join(str(line.text) for line in run.query_one("#run-log").lines)
+        assert "verified:" in log_text and "hashes matched" in log_text and "vLLM load: unverified" in log_text
+        retained = app.state.plan.retained_bytes
+        assert run.progress.bytes_copied == retained  # the script reported every byte it copied
+    out = Path(app.state.last_output)
+    assert (out / "extract_weights.py").exists() and (out / "manifest.json").exists()
+    assert list(out.glob("*.safetensors"))

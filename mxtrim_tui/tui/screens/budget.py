@@ -32,10 +32,14 @@ def bar(used: int, total: int, width: int = 30) -> Text:
 
 
 def output_bytes(plan, mode: str) -> int:
+    """Exact for real weights (shard headers and all, from the extraction layout); for dummy
+    outputs the assets plus the rewritten configs."""
+    if mode == "weights" and plan.inventory.source.shards:
+        from ...core.disk_budget import estimate_output
+
+        return estimate_output(plan).total
     src = plan.inventory.source
     assets = sum(f.size for f in src.files if f.kind.value in ("tokenizer", "tokenizer config", "chat template", "generation config", "processor config"))
-    if mode == "weights":
-        return plan.retained_bytes + assets
     return assets + sum(len(str(d)) for d in plan.new_documents.values())
 
 

@@ -81,10 +81,19 @@ class OutputScreen(WizardScreen):
         assets = [f.path for f in plan.inventory.source.files if f.kind.value in ("tokenizer", "tokenizer config", "chat template", "generation config", "processor config", "custom code")]
         t.add_row("files", ", ".join(files + assets[:6]) + (f" +{len(assets) - 6}" if len(assets) > 6 else ""))
         if st.mode == "weights":
-            t.add_row("weights", f"{len(plan.renames):,} tensors, {human_bytes(plan.retained_bytes)}, extract_weights.py, manifest.json")
+            from ...core.disk_budget import check_free_space, estimate_output
+
+            t.add_row("weights", f"{len(plan.renames):,} tensors copied byte-exact, extract_weights.py, manifest.json")
+            if plan.inventory.source.shards and not plan.errors:
+                est = estimate_output(plan)
+                ok, free, message = check_free_space(est, st.output_path or st.workspace)
+                t.add_row("disk", Text(message, style="" if ok else "bold red"))
+                t.add_row("", Text(f"{est.shards} shard(s): " + est.breakdown(), style="dim"))
+            elif not plan.inventory.source.shards:
+                t.add_row(Text("blocked", style="bold red"), Text("the source has no weights: only dummy mode applies", style="red"))
         else:
             t.add_row("weights", "none (dummy load allocates random parameters)")
-        t.add_row("size", f"≈ {human_bytes(output_bytes(plan, st.mode))}")
+            t.add_row("size", f"≈ {human_bytes(output_bytes(plan, st.mode))}")
         t.add_row("report", "README.md + mxtrim-plan.json in the output")
         if st.output_path is not None and st.output_path.exists():
             t.add_row(Text("path", style="bold red"), Text("exists: choose another (never overwritten)", style="red"))

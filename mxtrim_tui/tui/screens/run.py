@@ -34,6 +34,7 @@ class RunProgress:
     unit: str = "files"
     current: str = ""
     started: float = 0.0
+    bytes_copied: int = 0  # the largest byte count the extraction reported
 
 
 class ChildLine(Message):
@@ -157,6 +158,7 @@ class RunScreen(WizardScreen):
             self._log(Text(f"wrote {event.get('path')} ({event.get('bytes', 0):,} B)", style="green"))
         elif kind == "tensor":
             p.unit, p.done, p.total, p.current = "bytes", event.get("done_bytes", 0), event.get("total_bytes", 0), event.get("name", "")
+            p.bytes_copied = max(p.bytes_copied, p.done)
         elif kind == "verify":
             p.unit, p.done, p.total, p.current = "bytes", event.get("done_bytes", 0), event.get("total_bytes", 0), "verifying hashes"
         elif kind == "shard":
@@ -202,9 +204,20 @@ class RunScreen(WizardScreen):
                 doc = json.loads(message.stdout)
                 out = doc.get("output")
             except ValueError:
-                out = None
+                doc, out = None, None
             self.app.state.last_output = out
             status.update(Text(f"✓ written: {out}", style="bold green"))
+            checks = doc.get("checks") if isinstance(doc, dict) else None
+            if checks:
+                integ = checks.get("integrity", {})
+                self._log(Text(
+                    f"verified: {integ.get('tensors')} tensors in {len(integ.get('shards', []))} shard(s), "
+                    f"{integ.get('hashes_matched')} {integ.get('hash')} hashes matched, index {integ.get('index')}",
+                    style="bold green",
+                ))
+                structure = checks.get("structure") or {}
+                self._log(Text(f"structure: {structure.get('status')} — {structure.get('summary')}", style="green"))
+                self._log(Text("vLLM load: unverified (validation lands with the validation issue)", style="yellow"))
             bar = self.query_one("#run-progress", ProgressBar)
             if bar.total is None:
                 bar.update(total=1, progress=1)
