@@ -7,6 +7,7 @@ SVG export of each, and converts it to PNG with cairosvg.
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import sys
 import tempfile
@@ -64,6 +65,7 @@ def main() -> None:
     import cairosvg
 
     work = Path(tempfile.mkdtemp(prefix="mxtrim-shots-"))
+    os.environ["XDG_CONFIG_HOME"] = str(work / "config")  # keep the user's recent list clean
     try:
         shots = asyncio.run(capture(work))
     finally:

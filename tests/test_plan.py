@@ -247,6 +247,13 @@ def test_unknown_layers_and_submodels(sparse_models):
     assert any("no submodel named 'vision'" in i.message for i in plan.errors)
 
 
+def test_qwen3_vl_deepstack_needs_enough_text_layers(sparse_models):
+    inv, plan = plan_for(sparse_models("qwen3_vl"))
+    assert len(plan.kept["text"]) == 3 and not plan.warnings  # auto keeps one per deepstack level
+    inv, plan = plan_for(sparse_models("qwen3_vl"), ["0"])
+    assert any("deepstack" in w.message and "keep at least 3" in w.fix for w in plan.warnings)
+
+
 def test_vision_depth_trim_remaps_index_lists(sparse_models):
     inv, plan = plan_for(sparse_models("qwen2_5_vl"), ["0", "vision=0,7,8,31"])
     vc = plan.new_documents["config.json"]["vision_config"]

@@ -691,12 +691,18 @@ def _make_layer(fam, stack, cfg, sub, index, stored, prefix, items, quantized, m
     key = (rests, dtypes, shapes)
     analysed = memo.get(key)
     if analysed is None:
+        # equal names, dtypes and shapes mean equal sizes too: bytes are memoised with kinds
+        sizes = list(map(minus, map(_END, entries), map(_BEGIN, entries)))
+        dtype_bytes: dict[str, int] = {}
+        for dtype, n in zip(dtypes, sizes):
+            dtype_bytes[dtype] = dtype_bytes.get(dtype, 0) + n
         if items:
-            analysed = _analyse_tensors(rests, dtypes, shapes, quantized)
+            analysed = _analyse_tensors(rests, dtypes, shapes, quantized) + (sum(sizes), dtype_bytes)
         else:
-            analysed = (None, None, None, (), (), 0, [])
+            analysed = (None, None, None, (), (), 0, [], 0, {})
         memo[key] = analysed
-    t_att, t_mlp, t_exp, special, weight_dtypes, scales, unquant = analysed
+    t_att, t_mlp, t_exp, special, weight_dtypes, scales, unquant, nbytes, dtype_bytes = analysed
+    dtype_bytes = dict(dtype_bytes)
     if sub == "mtp" and fam.mtp is not None:
         r_att = fam.mtp.attention(cfg, index) if fam.mtp.attention else None
         r_mlp = fam.mtp.mlp(cfg, index) if fam.mtp.mlp else None
@@ -720,14 +726,6 @@ def _make_layer(fam, stack, cfg, sub, index, stored, prefix, items, quantized, m
             notes.append(f"config says {cfg_exp} experts but the checkpoint has {t_exp}")
     if att == DSA_SHARED:
         special = tuple(s for s in special if s != "indexer")
-    sizes = list(map(minus, map(_END, entries), map(_BEGIN, entries)))
-    nbytes = sum(sizes)
-    dtype_bytes: dict[str, int] = {}
-    if len(set(dtypes)) == 1:
-        dtype_bytes[dtypes[0]] = nbytes
-    else:
-        for dtype, n in zip(dtypes, sizes):
-            dtype_bytes[dtype] = dtype_bytes.get(dtype, 0) + n
     kind = LayerKind(att, mlp, experts, tuple(special), weight_dtypes)
     return Layer(
         submodel=sub,

@@ -366,6 +366,16 @@ def build_plan(inv: Inventory, selection: Selection | None = None, *, _auto_prob
         issues.append(Issue("warning", "--mtp: this model has no MTP / draft heads"))
 
     text_kept = kept.get("text", [])
+    deep = _deepstack_len(inv)
+    if deep and 0 < len(text_kept) < deep:
+        issues.append(
+            Issue(
+                "warning",
+                f"Qwen3-VL injects {deep} deepstack feature levels into text layers 0..{deep - 1}; with "
+                f"{len(text_kept)} text layer(s) the last {deep - len(text_kept)} level(s) are never consumed",
+                f"keep at least {deep} text layers",
+            )
+        )
     if "text" in inv.submodels and not text_kept and not issues:
         issues.append(Issue("error", "no text layers kept", "keep at least one text layer"))
 

@@ -15,7 +15,8 @@ def config_dir() -> Path:
 def load_recent(limit: int = 8) -> list[str]:
     try:
         items = json.loads((config_dir() / "recent.json").read_text())
-        return [str(i) for i in items if isinstance(i, str)][:limit]
+        # sources that were moved or deleted since are not offered again
+        return [str(i) for i in items if isinstance(i, str) and Path(i).is_dir()][:limit]
     except (OSError, ValueError):
         return []
 
