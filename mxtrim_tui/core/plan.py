@@ -351,7 +351,9 @@ def build_plan(inv: Inventory, selection: Selection | None = None, *, _auto_prob
             )
         kept[name] = [i for i in want if i in valid]
     for name in selection.keep:
-        if name not in inv.submodels or name == "mtp":
+        if name == "mtp":
+            issues.append(Issue("error", "MTP / draft heads are kept or dropped as a whole", "use --mtp or --no-mtp instead of --keep mtp=..."))
+        elif name not in inv.submodels:
             issues.append(
                 Issue(
                     "error",
