@@ -14,14 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..checkpoint import Layout, TensorSpec
+from .common import ceil_div, fit_token_ids, heads_for, pick, scaled, set_existing
 
 # ---------------------------------------------------------------------------------------------
 # Storage of one linear layer
 # ---------------------------------------------------------------------------------------------
-
-
-def ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 @dataclass(frozen=True)
@@ -85,59 +82,8 @@ FP8_BLOCK = LinearStore("fp8_block", "BF16", "F32", 128)
 
 
 # ---------------------------------------------------------------------------------------------
-# Scaling helpers
+# Scaling helpers (the generic ones, shared with the other families, live in .common)
 # ---------------------------------------------------------------------------------------------
-
-
-def scaled(full: int, hidden: int, full_hidden: int, multiple: int = 16) -> int:
-    """``full`` scaled by ``hidden / full_hidden``, rounded down to ``multiple`` (at least one
-    ``multiple``). Used to derive sizes nobody asked for explicitly when ``hidden_size`` shrinks."""
-    if hidden == full_hidden:
-        return full
-    value = full * hidden // full_hidden
-    return max(multiple, value - value % multiple)
-
-
-def pick(value, default):
-    return default if value is None else value
-
-
-def heads_for(hidden: int, full_heads: int, full_hidden: int) -> int:
-    """Attention heads for a scaled hidden size: the released count scaled down, then lowered to
-    a divisor of ``hidden`` (transformers validates ``hidden_size % num_attention_heads`` even
-    for MLA models)."""
-    if hidden == full_hidden:
-        return full_heads
-    want = scaled(full_heads, hidden, full_hidden, 1)
-    return max(d for d in range(1, want + 1) if hidden % d == 0)
-
-
-def set_existing(config: dict, **values) -> None:
-    """Overwrite keys that the released config has, keeping its key order; a key it lacks is a
-    bug in the caller, not something to add silently."""
-    for key, value in values.items():
-        if key not in config:
-            raise KeyError(f"config has no {key!r}")
-        config[key] = value
-
-
-def fit_token_ids(config: dict, full_vocab: int, vocab: int) -> None:
-    """A scaled vocabulary must still contain the special token ids (transformers rejects a
-    ``pad_token_id`` outside the embedding). Ids that no longer fit keep their distance from the
-    end of the vocabulary (special tokens sit at the end in these releases); ids that fit stay."""
-    if vocab >= full_vocab:
-        return
-
-    def fit(i):
-        if isinstance(i, list):
-            return [fit(x) for x in i]
-        if isinstance(i, int) and not isinstance(i, bool) and i >= vocab:
-            return max(0, vocab - (full_vocab - i))
-        return i
-
-    for key in ("bos_token_id", "eos_token_id", "pad_token_id"):
-        if key in config:
-            config[key] = fit(config[key])
 
 
 def router_groups(num_experts: int, n_group: int, topk_group: int, top_k: int) -> tuple[int, int, int]:

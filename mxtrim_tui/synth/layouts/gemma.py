@@ -19,77 +19,15 @@ Sources checked (public copies of the released files):
 from __future__ import annotations
 
 from ..checkpoint import Layout
-
-BF16 = "BF16"
-
-
-def _fit_token_ids(config: dict, vocab: int) -> dict:
-    """With a scaled-down vocabulary, move special token ids (``*_token_id``,
-    ``*_token_index``) that fall outside it to distinct ids at its top, so the config stays
-    loadable (e.g. ``pad_token_id`` must index the embedding)."""
-    big: set[int] = set()
-
-    def walk(d: dict, fn) -> None:
-        for key, value in d.items():
-            if isinstance(value, dict):
-                walk(value, fn)
-            elif key.endswith(("_token_id", "_token_index")):
-                d[key] = fn(value)
-
-    def collect(value):
-        for x in value if isinstance(value, list) else [value]:
-            if isinstance(x, int) and x >= vocab:
-                big.add(x)
-        return value
-
-    walk(config, collect)
-    remap = {old: vocab - 1 - i for i, old in enumerate(sorted(big))}
-    walk(config, lambda v: [remap.get(x, x) for x in v] if isinstance(v, list) else remap.get(v, v))
-    return config
+from .common import BF16  # noqa: F401 -- still importable from here
+from .common import Tensors, attention_dims, fit_token_ids_at_top, pick, width
 
 
-def _width(real: int, hidden: int, real_hidden: int, multiple: int = 8) -> int:
-    """Scale a width with the hidden size (unchanged at full size), rounded up to ``multiple``."""
-    if hidden == real_hidden:
-        return real
-    value = max(multiple, real * hidden // real_hidden)
-    return -(-value // multiple) * multiple
-
-
-def _attention(hidden: int, real_hidden: int, heads: int, kv: int, head_dim: int, *, implicit: bool):
-    """(heads, kv_heads, head_dim) for a scaled hidden size (GQA ratio kept where possible)."""
-    if hidden == real_hidden:
-        return heads, kv, head_dim
-    hd = max(8, min(head_dim, hidden // 4))
-    n = max(1, hidden // hd)
-    if implicit:
-        while hidden % n:
-            n -= 1
-        hd = hidden // n
-    k = max(1, n * kv // heads)
-    while n % k:
-        k -= 1
-    return n, k, hd
-
-
-class _Tensors(list):
-    def add(self, name: str, shape, dtype: str = BF16) -> None:
-        self.append((name, dtype, tuple(int(d) for d in shape)))
-
-
-def _gemma_layers(t: _Tensors, p: str, layers: int, h: int, inter: int, heads: int, kv: int, hd: int, qk_norm: bool):
+def _gemma_layers(t: Tensors, p: str, layers: int, h: int, inter: int, heads: int, kv: int, hd: int, qk_norm: bool):
     for i in range(layers):
         q = f"{p}layers.{i}."
-        t.add(q + "self_attn.q_proj.weight", (heads * hd, h))
-        t.add(q + "self_attn.k_proj.weight", (kv * hd, h))
-        t.add(q + "self_attn.v_proj.weight", (kv * hd, h))
-        t.add(q + "self_attn.o_proj.weight", (h, heads * hd))
-        if qk_norm:
-            t.add(q + "self_attn.q_norm.weight", (hd,))
-            t.add(q + "self_attn.k_norm.weight", (hd,))
-        t.add(q + "mlp.gate_proj.weight", (inter, h))
-        t.add(q + "mlp.up_proj.weight", (inter, h))
-        t.add(q + "mlp.down_proj.weight", (h, inter))
+        t.attention(q, h, heads, kv, hd, qk_norm=qk_norm)
+        t.gate_up_down(q + "mlp.", h, inter)
         t.add(q + "input_layernorm.weight", (h,))
         t.add(q + "post_attention_layernorm.weight", (h,))
         t.add(q + "pre_feedforward_layernorm.weight", (h,))
@@ -107,13 +45,13 @@ def gemma3_layer_types(num_layers: int, pattern: int = 6) -> list[str]:
 def gemma2(*, num_layers: int | None = None, hidden_size: int | None = None, vocab_size: int | None = None) -> Layout:
     """gemma-2-9b-it (``Gemma2ForCausalLM``): 42 layers, sliding/full by index parity (no
     ``layer_types`` in the released config), pre/post feed-forward norms, tied embeddings."""
-    L = 42 if num_layers is None else num_layers
-    H = 3584 if hidden_size is None else hidden_size
-    V = 256000 if vocab_size is None else vocab_size
-    inter = _width(14336, H, 3584)
-    heads, kv, hd = _attention(H, 3584, 16, 8, 256, implicit=False)
+    L = pick(num_layers, 42)
+    H = pick(hidden_size, 3584)
+    V = pick(vocab_size, 256000)
+    inter = width(14336, H, 3584)
+    heads, kv, hd = attention_dims(H, 3584, 16, 8, 256, implicit=False)
 
-    t = _Tensors()
+    t = Tensors()
     t.add("model.embed_tokens.weight", (V, H))
     _gemma_layers(t, "model.", L, H, inter, heads, kv, hd, qk_norm=False)
     t.add("model.norm.weight", (H,))
@@ -150,14 +88,14 @@ def gemma2(*, num_layers: int | None = None, hidden_size: int | None = None, voc
         "vocab_size": V,
     }
     if vocab_size is not None:
-        _fit_token_ids(config, V)
+        fit_token_ids_at_top(config, V)
     return Layout("gemma-2-9b-it", config, list(t))
 
 
 # --------------------------------------------------------------------------- Gemma 3
 
 
-def _siglip(t: _Tensors, p: str, depth: int, vh: int, vi: int) -> None:
+def _siglip(t: Tensors, p: str, depth: int, vh: int, vi: int) -> None:
     """SigLIP-So400m/14 at 896 px (``vision_use_head`` false) under prefix ``p``
     (``...vision_tower.vision_model.``)."""
     positions = (896 // 14) ** 2
@@ -198,15 +136,15 @@ def gemma3(
     ``layer_types``. ``original_layout=False``: the transformers >= 4.52 layout
     ``model.language_model.*``, ``model.vision_tower.vision_model.*``,
     ``model.multi_modal_projector.*`` with a fully expanded config (explicit ``layer_types``)."""
-    L = 62 if num_layers is None else num_layers
-    D = 27 if vision_depth is None else vision_depth
-    H = 5376 if hidden_size is None else hidden_size
-    V = 262208 if vocab_size is None else vocab_size
+    L = pick(num_layers, 62)
+    D = pick(vision_depth, 27)
+    H = pick(hidden_size, 5376)
+    V = pick(vocab_size, 262208)
     VH = vision_hidden_size or (1152 if H == 5376 else H)
-    inter = _width(21504, H, 5376)
-    heads, kv, hd = _attention(H, 5376, 32, 16, 128, implicit=False)
-    vi = _width(4304, VH, 1152)
-    vheads, _, _ = _attention(VH, 1152, 16, 16, 72, implicit=True)
+    inter = width(21504, H, 5376)
+    heads, kv, hd = attention_dims(H, 5376, 32, 16, 128, implicit=False)
+    vi = width(4304, VH, 1152)
+    vheads, _, _ = attention_dims(VH, 1152, 16, 16, 72, implicit=True)
     qpas = H // heads  # 168 in the release: hidden_size / num_attention_heads
 
     if original_layout:
@@ -214,7 +152,7 @@ def gemma3(
     else:
         text_p, vis_p, mmp_p = "model.language_model.", "model.vision_tower.vision_model.", "model.multi_modal_projector."
 
-    t = _Tensors()
+    t = Tensors()
     _siglip(t, vis_p, D, VH, vi)
     t.add(mmp_p + "mm_input_projection_weight", (VH, H))
     t.add(mmp_p + "mm_soft_emb_norm.weight", (VH,))
@@ -262,7 +200,7 @@ def gemma3(
             "vision_config": vision_config,
         }
         if vocab_size is not None:
-            _fit_token_ids(config, V)
+            fit_token_ids_at_top(config, V)
         return Layout("gemma-3-27b-it", config, list(t))
 
     config = {
@@ -323,20 +261,20 @@ def gemma3(
         },
     }
     if vocab_size is not None:
-        _fit_token_ids(config, V)
+        fit_token_ids_at_top(config, V)
     return Layout("gemma-3-27b-it (transformers>=4.52 layout)", config, list(t))
 
 
 def gemma3_text(*, num_layers: int | None = None, hidden_size: int | None = None, vocab_size: int | None = None) -> Layout:
     """gemma-3-1b-it (``Gemma3ForCausalLM``, text only): 26 layers, ``model.layers.*``,
     ``sliding_window_pattern`` 6 in the config (no ``layer_types``), tied embeddings."""
-    L = 26 if num_layers is None else num_layers
-    H = 1152 if hidden_size is None else hidden_size
-    V = 262144 if vocab_size is None else vocab_size
-    inter = _width(6912, H, 1152)
-    heads, kv, hd = _attention(H, 1152, 4, 1, 256, implicit=False)
+    L = pick(num_layers, 26)
+    H = pick(hidden_size, 1152)
+    V = pick(vocab_size, 262144)
+    inter = width(6912, H, 1152)
+    heads, kv, hd = attention_dims(H, 1152, 4, 1, 256, implicit=False)
 
-    t = _Tensors()
+    t = Tensors()
     t.add("model.embed_tokens.weight", (V, H))
     _gemma_layers(t, "model.", L, H, inter, heads, kv, hd, qk_norm=True)
     t.add("model.norm.weight", (H,))
@@ -374,7 +312,7 @@ def gemma3_text(*, num_layers: int | None = None, hidden_size: int | None = None
         "vocab_size": V,
     }
     if vocab_size is not None:
-        _fit_token_ids(config, V)
+        fit_token_ids_at_top(config, V)
     return Layout("gemma-3-1b-it", config, list(t))
 
 

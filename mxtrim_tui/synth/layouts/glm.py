@@ -8,6 +8,7 @@ previous top-k).
 from __future__ import annotations
 
 from ..checkpoint import Layout, TensorSpec
+from .common import fit_token_ids, heads_for, kv_heads_for, pick, scaled, set_existing
 from .deepseek import (
     FP8_BLOCK,
     PLAIN_BF16,
@@ -15,21 +16,11 @@ from .deepseek import (
     LinearStore,
     MlaDims,
     deepseek_moe,
-    fit_token_ids,
     gated_mlp,
-    heads_for,
     mla_attention,
     mtp_head_tensors,
-    pick,
     router_groups,
-    scaled,
-    set_existing,
 )
-
-
-def _kv_heads(heads: int, full_kv: int) -> int:
-    """Largest divisor of ``heads`` not above the released KV head count (GQA stays valid)."""
-    return max(d for d in range(1, min(heads, full_kv) + 1) if heads % d == 0)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -114,7 +105,7 @@ def glm4_moe(*, num_layers=None, num_experts=None, hidden_size=None, intermediat
     layers = pick(num_layers, cfg["num_hidden_layers"])
     experts = pick(num_experts, cfg["n_routed_experts"])
     heads = pick(num_attention_heads, heads_for(hidden, cfg["num_attention_heads"], full_hidden))
-    kv_heads = pick(num_key_value_heads, _kv_heads(heads, cfg["num_key_value_heads"]))
+    kv_heads = pick(num_key_value_heads, kv_heads_for(heads, cfg["num_key_value_heads"]))
     hd = pick(head_dim, cfg["head_dim"])
     inter = pick(intermediate_size, scaled(cfg["intermediate_size"], hidden, full_hidden, 128))
     moe_inter = pick(moe_intermediate_size, scaled(cfg["moe_intermediate_size"], hidden, full_hidden, 128))

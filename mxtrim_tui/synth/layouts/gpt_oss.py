@@ -20,34 +20,9 @@ and all 459 tensors with shape, dtype and shard. The 120b differs in depth (36),
 from __future__ import annotations
 
 from ..checkpoint import Layout
+from .common import BF16, Tensors, attention_dims, ceil_div, fit_token_ids_at_top, pick
 
-BF16 = "BF16"
 U8 = "U8"
-
-
-def _fit_token_ids(config: dict, vocab: int) -> dict:
-    """With a scaled-down vocabulary, move special token ids (``*_token_id``,
-    ``*_token_index``) that fall outside it to distinct ids at its top, so the config stays
-    loadable (e.g. ``pad_token_id`` must index the embedding)."""
-    big: set[int] = set()
-
-    def walk(d: dict, fn) -> None:
-        for key, value in d.items():
-            if isinstance(value, dict):
-                walk(value, fn)
-            elif key.endswith(("_token_id", "_token_index")):
-                d[key] = fn(value)
-
-    def collect(value):
-        for x in value if isinstance(value, list) else [value]:
-            if isinstance(x, int) and x >= vocab:
-                big.add(x)
-        return value
-
-    walk(config, collect)
-    remap = {old: vocab - 1 - i for i, old in enumerate(sorted(big))}
-    walk(config, lambda v: [remap.get(x, x) for x in v] if isinstance(v, list) else remap.get(v, v))
-    return config
 
 
 def gpt_oss_layer_types(num_layers: int) -> list[str]:
@@ -64,35 +39,21 @@ def gpt_oss(
     """gpt-oss-120b: 36 layers, 128 experts (top-4), MXFP4 expert weights.
 
     A scaled ``hidden_size`` is rounded up to a multiple of 32 (the MXFP4 block size)."""
-    L = 36 if num_layers is None else num_layers
-    E = 128 if num_experts is None else num_experts
-    H = 2880 if hidden_size is None else -(-hidden_size // 32) * 32
-    V = 201088 if vocab_size is None else vocab_size
+    L = pick(num_layers, 36)
+    E = pick(num_experts, 128)
+    H = 2880 if hidden_size is None else ceil_div(hidden_size, 32) * 32
+    V = pick(vocab_size, 201088)
     inter = 2880 if H == 2880 else H  # intermediate_size == hidden_size in the release
-    if H == 2880:
-        heads, kv, hd = 64, 8, 64
-    else:
-        hd = max(8, min(64, H // 4))
-        heads = max(1, H // hd)
-        kv = max(1, heads // 8)
-        while heads % kv:
-            kv -= 1
+    heads, kv, hd = attention_dims(H, 2880, 64, 8, 64, implicit=False)
     if H % 32 or inter % 32:
         raise ValueError("gpt-oss MXFP4 layouts need hidden and intermediate sizes divisible by 32")
 
-    t: list = []
+    t = Tensors()
     for i in range(L):
         q = f"model.layers.{i}."
+        t.append((q + "self_attn.sinks", BF16, (heads,)))
+        t.attention(q, H, heads, kv, hd, qkv_bias=True, o_bias=True)
         t += [
-            (q + "self_attn.sinks", BF16, (heads,)),
-            (q + "self_attn.q_proj.weight", BF16, (heads * hd, H)),
-            (q + "self_attn.q_proj.bias", BF16, (heads * hd,)),
-            (q + "self_attn.k_proj.weight", BF16, (kv * hd, H)),
-            (q + "self_attn.k_proj.bias", BF16, (kv * hd,)),
-            (q + "self_attn.v_proj.weight", BF16, (kv * hd, H)),
-            (q + "self_attn.v_proj.bias", BF16, (kv * hd,)),
-            (q + "self_attn.o_proj.weight", BF16, (H, heads * hd)),
-            (q + "self_attn.o_proj.bias", BF16, (H,)),
             (q + "mlp.router.weight", BF16, (E, H)),
             (q + "mlp.router.bias", BF16, (E,)),
             (q + "mlp.experts.gate_up_proj_blocks", U8, (E, 2 * inter, H // 32, 16)),
@@ -160,8 +121,8 @@ def gpt_oss(
         "vocab_size": V,
     }
     if vocab_size is not None:
-        _fit_token_ids(config, V)
-    return Layout("gpt-oss-120b", config, t)
+        fit_token_ids_at_top(config, V)
+    return Layout("gpt-oss-120b", config, list(t))
 
 
 LAYOUTS = {"gpt_oss": gpt_oss}

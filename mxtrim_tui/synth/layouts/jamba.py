@@ -10,41 +10,7 @@ period/offset only: ``layers_block_type`` is a read-only property, never in conf
 from __future__ import annotations
 
 from ..checkpoint import Layout
-
-BF16 = "BF16"
-
-
-def _fit_token_ids(config: dict, vocab: int) -> dict:
-    """With a scaled-down vocabulary, move special token ids (``*_token_id``,
-    ``*_token_index``) that fall outside it to distinct ids at its top, so the config stays
-    loadable (e.g. ``pad_token_id`` must index the embedding)."""
-    big: set[int] = set()
-
-    def walk(d: dict, fn) -> None:
-        for key, value in d.items():
-            if isinstance(value, dict):
-                walk(value, fn)
-            elif key.endswith(("_token_id", "_token_index")):
-                d[key] = fn(value)
-
-    def collect(value):
-        for x in value if isinstance(value, list) else [value]:
-            if isinstance(x, int) and x >= vocab:
-                big.add(x)
-        return value
-
-    walk(config, collect)
-    remap = {old: vocab - 1 - i for i, old in enumerate(sorted(big))}
-    walk(config, lambda v: [remap.get(x, x) for x in v] if isinstance(v, list) else remap.get(v, v))
-    return config
-
-
-def _width(real: int, hidden: int, real_hidden: int, multiple: int = 8) -> int:
-    """Scale a width with the hidden size (unchanged at full size), rounded up to ``multiple``."""
-    if hidden == real_hidden:
-        return real
-    value = max(multiple, real * hidden // real_hidden)
-    return -(-value // multiple) * multiple
+from .common import BF16, Tensors, attention_dims, ceil_div, fit_token_ids_at_top, pick, width
 
 
 def jamba_layer_kinds(num_layers: int, attn_period: int = 8, attn_offset: int = 4,
@@ -71,39 +37,24 @@ def jamba(
 ) -> Layout:
     """Jamba-v0.1 (52B): 32 layers -- 4 attention (4, 12, 20, 28), 28 Mamba; 16 MoE layers
     (odd indices) with 16 experts each, dense MLP elsewhere."""
-    L = 32 if num_layers is None else num_layers
-    E = 16 if num_experts is None else num_experts
-    H = 4096 if hidden_size is None else hidden_size
-    V = 65536 if vocab_size is None else vocab_size
+    L = pick(num_layers, 32)
+    E = pick(num_experts, 16)
+    H = pick(hidden_size, 4096)
+    V = pick(vocab_size, 65536)
     if not (0 <= attn_layer_offset < attn_layer_period and 0 <= expert_layer_offset < expert_layer_period):
         raise ValueError("layer offsets must be smaller than their periods")
-    inter = _width(14336, H, 4096)
-    if H == 4096:
-        heads, kv, hd = 32, 8, 128
-    else:
-        hd = max(8, min(128, H // 4))
-        heads = max(1, H // hd)
-        while H % heads:
-            heads -= 1
-        hd = H // heads
-        kv = max(1, heads // 4)
-        while heads % kv:
-            kv -= 1
+    inter = width(14336, H, 4096)
+    heads, kv, hd = attention_dims(H, 4096, 32, 8, 128, implicit=True)
     d_state, d_conv, expand = 16, 4, 2
     inner = expand * H
-    dt_rank = -(-H // 16)  # "auto": ceil(hidden / 16) = 256 in the release
+    dt_rank = ceil_div(H, 16)  # "auto": ceil(hidden / 16) = 256 in the release
 
-    t: list = [("model.embed_tokens.weight", BF16, (V, H))]
+    t = Tensors([("model.embed_tokens.weight", BF16, (V, H))])
     kinds = jamba_layer_kinds(L, attn_layer_period, attn_layer_offset, expert_layer_period, expert_layer_offset)
     for i, (mixer, moe) in enumerate(kinds):
         q = f"model.layers.{i}."
         if mixer == "attention":
-            t += [
-                (q + "self_attn.q_proj.weight", BF16, (heads * hd, H)),
-                (q + "self_attn.k_proj.weight", BF16, (kv * hd, H)),
-                (q + "self_attn.v_proj.weight", BF16, (kv * hd, H)),
-                (q + "self_attn.o_proj.weight", BF16, (H, heads * hd)),
-            ]
+            t.attention(q, H, heads, kv, hd)
         else:
             m = q + "mamba."
             t += [
@@ -123,18 +74,9 @@ def jamba(
         if moe:
             t.append((q + "feed_forward.router.weight", BF16, (E, H)))
             for e in range(E):
-                x = f"{q}feed_forward.experts.{e}."
-                t += [
-                    (x + "gate_proj.weight", BF16, (inter, H)),
-                    (x + "up_proj.weight", BF16, (inter, H)),
-                    (x + "down_proj.weight", BF16, (H, inter)),
-                ]
+                t.gate_up_down(f"{q}feed_forward.experts.{e}.", H, inter)
         else:
-            t += [
-                (q + "feed_forward.gate_proj.weight", BF16, (inter, H)),
-                (q + "feed_forward.up_proj.weight", BF16, (inter, H)),
-                (q + "feed_forward.down_proj.weight", BF16, (H, inter)),
-            ]
+            t.gate_up_down(q + "feed_forward.", H, inter)
         t += [
             (q + "input_layernorm.weight", BF16, (H,)),
             (q + "pre_ff_layernorm.weight", BF16, (H,)),
@@ -181,8 +123,8 @@ def jamba(
         "vocab_size": V,
     }
     if vocab_size is not None:
-        _fit_token_ids(config, V)
-    return Layout("Jamba-v0.1", config, t)
+        fit_token_ids_at_top(config, V)
+    return Layout("Jamba-v0.1", config, list(t))
 
 
 LAYOUTS = {"jamba": jamba}

@@ -15,83 +15,17 @@ Sources checked (public copies of the released files):
 from __future__ import annotations
 
 from ..checkpoint import Layout
-
-BF16 = "BF16"
-
-
-def _fit_token_ids(config: dict, vocab: int) -> dict:
-    """With a scaled-down vocabulary, move special token ids (``*_token_id``,
-    ``*_token_index``) that fall outside it to distinct ids at its top, so the config stays
-    loadable (e.g. ``pad_token_id`` must index the embedding)."""
-    big: set[int] = set()
-
-    def walk(d: dict, fn) -> None:
-        for key, value in d.items():
-            if isinstance(value, dict):
-                walk(value, fn)
-            elif key.endswith(("_token_id", "_token_index")):
-                d[key] = fn(value)
-
-    def collect(value):
-        for x in value if isinstance(value, list) else [value]:
-            if isinstance(x, int) and x >= vocab:
-                big.add(x)
-        return value
-
-    walk(config, collect)
-    remap = {old: vocab - 1 - i for i, old in enumerate(sorted(big))}
-    walk(config, lambda v: [remap.get(x, x) for x in v] if isinstance(v, list) else remap.get(v, v))
-    return config
-
-
-def _width(real: int, hidden: int, real_hidden: int, multiple: int = 8) -> int:
-    """Scale a width with the hidden size (unchanged at full size), rounded up to ``multiple``."""
-    if hidden == real_hidden:
-        return real
-    value = max(multiple, real * hidden // real_hidden)
-    return -(-value // multiple) * multiple
-
-
-def _attention(hidden: int, real_hidden: int, heads: int, kv: int, head_dim: int, *, implicit: bool):
-    """(heads, kv_heads, head_dim) for a scaled hidden size (GQA ratio kept where possible)."""
-    if hidden == real_hidden:
-        return heads, kv, head_dim
-    hd = max(8, min(head_dim, hidden // 4))
-    n = max(1, hidden // hd)
-    if implicit:
-        while hidden % n:
-            n -= 1
-        hd = hidden // n
-    k = max(1, n * kv // heads)
-    while n % k:
-        k -= 1
-    return n, k, hd
-
-
-class _Tensors(list):
-    def add(self, name: str, shape, dtype: str = BF16) -> None:
-        self.append((name, dtype, tuple(int(d) for d in shape)))
-
-
-def _attn(t: _Tensors, q: str, h: int, heads: int, kv: int, hd: int, bias: bool = False) -> None:
-    for proj, out in (("q_proj", heads * hd), ("k_proj", kv * hd), ("v_proj", kv * hd)):
-        t.add(q + f"self_attn.{proj}.weight", (out, h))
-        if bias:
-            t.add(q + f"self_attn.{proj}.bias", (out,))
-    t.add(q + "self_attn.o_proj.weight", (h, heads * hd))
-    if bias:
-        t.add(q + "self_attn.o_proj.bias", (h,))
+from .common import BF16  # noqa: F401 -- still importable from here
+from .common import Tensors, attention_dims, fit_token_ids_at_top, pick, width
 
 
 def _llama_tensors(L: int, H: int, inter: int, heads: int, kv: int, hd: int, V: int, tied: bool) -> list:
-    t = _Tensors()
+    t = Tensors()
     t.add("model.embed_tokens.weight", (V, H))
     for i in range(L):
         q = f"model.layers.{i}."
-        _attn(t, q, H, heads, kv, hd)
-        t.add(q + "mlp.gate_proj.weight", (inter, H))
-        t.add(q + "mlp.up_proj.weight", (inter, H))
-        t.add(q + "mlp.down_proj.weight", (H, inter))
+        t.attention(q, H, heads, kv, hd)
+        t.gate_up_down(q + "mlp.", H, inter)
         t.add(q + "input_layernorm.weight", (H,))
         t.add(q + "post_attention_layernorm.weight", (H,))
     t.add("model.norm.weight", (H,))
@@ -105,11 +39,11 @@ def _llama_tensors(L: int, H: int, inter: int, heads: int, kv: int, hd: int, V: 
 
 def llama3(*, num_layers: int | None = None, hidden_size: int | None = None, vocab_size: int | None = None) -> Layout:
     """Llama-3.1-8B-Instruct: 32 layers, GQA with 8 KV heads, untied ``lm_head``."""
-    L = 32 if num_layers is None else num_layers
-    H = 4096 if hidden_size is None else hidden_size
-    V = 128256 if vocab_size is None else vocab_size
-    inter = _width(14336, H, 4096)
-    heads, kv, hd = _attention(H, 4096, 32, 8, 128, implicit=True)
+    L = pick(num_layers, 32)
+    H = pick(hidden_size, 4096)
+    V = pick(vocab_size, 128256)
+    inter = width(14336, H, 4096)
+    heads, kv, hd = attention_dims(H, 4096, 32, 8, 128, implicit=True)
     config = {
         "architectures": ["LlamaForCausalLM"],
         "attention_bias": False,
@@ -143,18 +77,18 @@ def llama3(*, num_layers: int | None = None, hidden_size: int | None = None, voc
         "vocab_size": V,
     }
     if vocab_size is not None:
-        _fit_token_ids(config, V)
+        fit_token_ids_at_top(config, V)
     return Layout("Llama-3.1-8B-Instruct", config, _llama_tensors(L, H, inter, heads, kv, hd, V, tied=False))
 
 
 def llama3_2_1b(*, num_layers: int | None = None, hidden_size: int | None = None, vocab_size: int | None = None) -> Layout:
     """Llama-3.2-1B-Instruct: 16 layers, explicit ``head_dim`` 64, tied embeddings (no
     ``lm_head`` tensor), one ``model.safetensors``."""
-    L = 16 if num_layers is None else num_layers
-    H = 2048 if hidden_size is None else hidden_size
-    V = 128256 if vocab_size is None else vocab_size
-    inter = _width(8192, H, 2048)
-    heads, kv, hd = _attention(H, 2048, 32, 8, 64, implicit=True)
+    L = pick(num_layers, 16)
+    H = pick(hidden_size, 2048)
+    V = pick(vocab_size, 128256)
+    inter = width(8192, H, 2048)
+    heads, kv, hd = attention_dims(H, 2048, 32, 8, 64, implicit=True)
     config = {
         "architectures": ["LlamaForCausalLM"],
         "attention_bias": False,
@@ -189,7 +123,7 @@ def llama3_2_1b(*, num_layers: int | None = None, hidden_size: int | None = None
         "vocab_size": V,
     }
     if vocab_size is not None:
-        _fit_token_ids(config, V)
+        fit_token_ids_at_top(config, V)
     return Layout("Llama-3.2-1B-Instruct", config, _llama_tensors(L, H, inter, heads, kv, hd, V, tied=True))
 
 
@@ -223,21 +157,21 @@ def llama4(
 
     ``explicit_no_rope_layers`` (default) writes the per-layer 0/1 list as transformers
     re-saves it; ``False`` writes ``[]`` (recomputed from ``no_rope_layer_interval`` 4)."""
-    L = 48 if num_layers is None else num_layers
-    E = 128 if num_experts is None else num_experts
-    D = 34 if vision_depth is None else vision_depth
-    H = 5120 if hidden_size is None else hidden_size
-    V = 202048 if vocab_size is None else vocab_size
+    L = pick(num_layers, 48)
+    E = pick(num_experts, 128)
+    D = pick(vision_depth, 34)
+    H = pick(hidden_size, 5120)
+    V = pick(vocab_size, 202048)
     VH = vision_hidden_size or (1408 if H == 5120 else H)
-    inter = _width(8192, H, 5120)  # experts and shared expert
-    inter_mlp = _width(16384, H, 5120)  # dense layers
-    heads, kv, hd = _attention(H, 5120, 40, 8, 128, implicit=False)
-    vheads, _, _ = _attention(VH, 1408, 16, 16, 88, implicit=True)
+    inter = width(8192, H, 5120)  # experts and shared expert
+    inter_mlp = width(16384, H, 5120)  # dense layers
+    heads, kv, hd = attention_dims(H, 5120, 40, 8, 128, implicit=False)
+    vheads, _, _ = attention_dims(VH, 1408, 16, 16, 88, implicit=True)
     vi = 4 * VH  # pixel shuffle 0.5 turns 2x2 patches of VH into the adapter input (5632 = 4 * 1408)
-    proj = _width(4096, VH, 1408)  # projector_input_dim == projector_output_dim == vision_output_dim
+    proj = width(4096, VH, 1408)  # projector_input_dim == projector_output_dim == vision_output_dim
     patches = (336 // 14) ** 2 + 1
 
-    t = _Tensors()
+    t = Tensors()
     p = "vision_model."
     t.add(p + "class_embedding", (VH,))
     t.add(p + "positional_embedding_vlm", (patches, VH))
@@ -248,7 +182,7 @@ def llama4(
     t.add(p + "layernorm_post.bias", (VH,))
     for j in range(D):
         q = f"{p}model.layers.{j}."
-        _attn(t, q, VH, vheads, vheads, VH // vheads, bias=True)
+        t.attention(q, VH, vheads, vheads, VH // vheads, qkv_bias=True, o_bias=True)
         t.add(q + "mlp.fc1.weight", (vi, VH))
         t.add(q + "mlp.fc1.bias", (vi,))
         t.add(q + "mlp.fc2.weight", (VH, vi))
@@ -265,18 +199,14 @@ def llama4(
     t.add(p + "embed_tokens.weight", (V, H))
     for i in range(L):
         q = f"{p}layers.{i}."
-        _attn(t, q, H, heads, kv, hd)
+        t.attention(q, H, heads, kv, hd)
         if interleave_moe_layer_step > 0 and (i + 1) % interleave_moe_layer_step == 0:
             t.add(q + "feed_forward.experts.gate_up_proj", (E, H, 2 * inter))
             t.add(q + "feed_forward.experts.down_proj", (E, inter, H))
             t.add(q + "feed_forward.router.weight", (E, H))
-            t.add(q + "feed_forward.shared_expert.gate_proj.weight", (inter, H))
-            t.add(q + "feed_forward.shared_expert.up_proj.weight", (inter, H))
-            t.add(q + "feed_forward.shared_expert.down_proj.weight", (H, inter))
+            t.gate_up_down(q + "feed_forward.shared_expert.", H, inter)
         else:
-            t.add(q + "feed_forward.gate_proj.weight", (inter_mlp, H))
-            t.add(q + "feed_forward.up_proj.weight", (inter_mlp, H))
-            t.add(q + "feed_forward.down_proj.weight", (H, inter_mlp))
+            t.gate_up_down(q + "feed_forward.", H, inter_mlp)
         t.add(q + "input_layernorm.weight", (H,))
         t.add(q + "post_attention_layernorm.weight", (H,))
     t.add(p + "norm.weight", (H,))
@@ -351,7 +281,7 @@ def llama4(
         },
     }
     if vocab_size is not None:
-        _fit_token_ids(config, V)
+        fit_token_ids_at_top(config, V)
     return Layout("Llama-4-Maverick-17B-128E-Instruct", config, list(t))
 
 

@@ -8,55 +8,7 @@ separate ``w1``/``w2``/``w3`` per expert, ``sliding_window`` null.
 from __future__ import annotations
 
 from ..checkpoint import Layout
-
-BF16 = "BF16"
-
-
-def _fit_token_ids(config: dict, vocab: int) -> dict:
-    """With a scaled-down vocabulary, move special token ids (``*_token_id``,
-    ``*_token_index``) that fall outside it to distinct ids at its top, so the config stays
-    loadable (e.g. ``pad_token_id`` must index the embedding)."""
-    big: set[int] = set()
-
-    def walk(d: dict, fn) -> None:
-        for key, value in d.items():
-            if isinstance(value, dict):
-                walk(value, fn)
-            elif key.endswith(("_token_id", "_token_index")):
-                d[key] = fn(value)
-
-    def collect(value):
-        for x in value if isinstance(value, list) else [value]:
-            if isinstance(x, int) and x >= vocab:
-                big.add(x)
-        return value
-
-    walk(config, collect)
-    remap = {old: vocab - 1 - i for i, old in enumerate(sorted(big))}
-    walk(config, lambda v: [remap.get(x, x) for x in v] if isinstance(v, list) else remap.get(v, v))
-    return config
-
-
-def _width(real: int, hidden: int, real_hidden: int, multiple: int = 8) -> int:
-    """Scale a width with the hidden size (unchanged at full size), rounded up to ``multiple``."""
-    if hidden == real_hidden:
-        return real
-    value = max(multiple, real * hidden // real_hidden)
-    return -(-value // multiple) * multiple
-
-
-def _attention(hidden: int, real_hidden: int, heads: int, kv: int, head_dim: int):
-    """(heads, kv_heads, head_dim) for a scaled hidden size; head_dim = hidden // heads."""
-    if hidden == real_hidden:
-        return heads, kv, head_dim
-    hd = max(8, min(head_dim, hidden // 4))
-    n = max(1, hidden // hd)
-    while hidden % n:
-        n -= 1
-    k = max(1, n * kv // heads)
-    while n % k:
-        k -= 1
-    return n, k, hidden // n
+from .common import BF16, Tensors, attention_dims, fit_token_ids_at_top, pick, width
 
 
 def mixtral(
@@ -67,23 +19,18 @@ def mixtral(
     vocab_size: int | None = None,
 ) -> Layout:
     """Mixtral-8x7B-v0.1: 32 layers, each ``block_sparse_moe.{gate, experts.{e}.w1/w2/w3}``."""
-    L = 32 if num_layers is None else num_layers
-    E = 8 if num_experts is None else num_experts
-    H = 4096 if hidden_size is None else hidden_size
-    V = 32000 if vocab_size is None else vocab_size
-    inter = _width(14336, H, 4096)
-    heads, kv, hd = _attention(H, 4096, 32, 8, 128)
+    L = pick(num_layers, 32)
+    E = pick(num_experts, 8)
+    H = pick(hidden_size, 4096)
+    V = pick(vocab_size, 32000)
+    inter = width(14336, H, 4096)
+    heads, kv, hd = attention_dims(H, 4096, 32, 8, 128, implicit=True)
 
-    tensors = [("model.embed_tokens.weight", BF16, (V, H))]
+    tensors = Tensors([("model.embed_tokens.weight", BF16, (V, H))])
     for i in range(L):
         q = f"model.layers.{i}."
-        tensors += [
-            (q + "self_attn.q_proj.weight", BF16, (heads * hd, H)),
-            (q + "self_attn.k_proj.weight", BF16, (kv * hd, H)),
-            (q + "self_attn.v_proj.weight", BF16, (kv * hd, H)),
-            (q + "self_attn.o_proj.weight", BF16, (H, heads * hd)),
-            (q + "block_sparse_moe.gate.weight", BF16, (E, H)),
-        ]
+        tensors.attention(q, H, heads, kv, hd)
+        tensors.append((q + "block_sparse_moe.gate.weight", BF16, (E, H)))
         for e in range(E):
             x = f"{q}block_sparse_moe.experts.{e}."
             tensors += [
@@ -125,8 +72,8 @@ def mixtral(
         "vocab_size": V,
     }
     if vocab_size is not None:
-        _fit_token_ids(config, V)
-    return Layout("Mixtral-8x7B-v0.1", config, tensors)
+        fit_token_ids_at_top(config, V)
+    return Layout("Mixtral-8x7B-v0.1", config, list(tensors))
 
 
 LAYOUTS = {"mixtral": mixtral}

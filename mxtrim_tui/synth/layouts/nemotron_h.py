@@ -15,43 +15,9 @@ squared-ReLU MLP (``up_proj``, ``down_proj``); ``backbone.norm_f.weight``, ``lm_
 from __future__ import annotations
 
 from ..checkpoint import Layout
-
-BF16 = "BF16"
-
-
-def _fit_token_ids(config: dict, vocab: int) -> dict:
-    """With a scaled-down vocabulary, move special token ids (``*_token_id``,
-    ``*_token_index``) that fall outside it to distinct ids at its top, so the config stays
-    loadable (e.g. ``pad_token_id`` must index the embedding)."""
-    big: set[int] = set()
-
-    def walk(d: dict, fn) -> None:
-        for key, value in d.items():
-            if isinstance(value, dict):
-                walk(value, fn)
-            elif key.endswith(("_token_id", "_token_index")):
-                d[key] = fn(value)
-
-    def collect(value):
-        for x in value if isinstance(value, list) else [value]:
-            if isinstance(x, int) and x >= vocab:
-                big.add(x)
-        return value
-
-    walk(config, collect)
-    remap = {old: vocab - 1 - i for i, old in enumerate(sorted(big))}
-    walk(config, lambda v: [remap.get(x, x) for x in v] if isinstance(v, list) else remap.get(v, v))
-    return config
+from .common import BF16, Tensors, attention_dims, fit_token_ids_at_top, pick, width
 
 NEMOTRON_H_8B_PATTERN = "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-"
-
-
-def _width(real: int, hidden: int, real_hidden: int, multiple: int = 8) -> int:
-    """Scale a width with the hidden size (unchanged at full size), rounded up to ``multiple``."""
-    if hidden == real_hidden:
-        return real
-    value = max(multiple, real * hidden // real_hidden)
-    return -(-value // multiple) * multiple
 
 
 def nemotron_h(
@@ -78,29 +44,21 @@ def nemotron_h(
     bad = set(pattern) - set("M*-")
     if bad:
         raise ValueError(f"unsupported block characters {sorted(bad)} in pattern {pattern!r}")
-    H = 4096 if hidden_size is None else hidden_size
-    V = 131072 if vocab_size is None else vocab_size
+    H = pick(hidden_size, 4096)
+    V = pick(vocab_size, 131072)
+    heads, kv, hd = attention_dims(H, 4096, 32, 8, 128, implicit=True)
     if H == 4096:
-        heads, kv, hd = 32, 8, 128
         m_heads, m_hd, groups, state = 128, 64, 8, 128
     else:
-        hd = max(8, min(128, H // 4))
-        heads = max(1, H // hd)
-        while H % heads:
-            heads -= 1
-        hd = H // heads
-        kv = max(1, heads // 4)
-        while heads % kv:
-            kv -= 1
         m_hd = max(8, min(64, H // 8))
         m_heads = max(1, 2 * H // m_hd)  # expand 2: heads * head_dim = 2 * hidden
         groups = 8 if m_heads % 8 == 0 else 1
         state = max(8, min(128, H // 4))
-    inter = _width(21504, H, 4096)
+    inter = width(21504, H, 4096)
     m_inner = m_heads * m_hd
     conv_dim = m_inner + 2 * groups * state
 
-    t: list = [("backbone.embeddings.weight", BF16, (V, H))]
+    t = Tensors([("backbone.embeddings.weight", BF16, (V, H))])
     for i, kind in enumerate(pattern):
         q = f"backbone.layers.{i}."
         t.append((q + "norm.weight", BF16, (H,)))
@@ -116,12 +74,7 @@ def nemotron_h(
                 (q + "mixer.out_proj.weight", BF16, (H, m_inner)),
             ]
         elif kind == "*":
-            t += [
-                (q + "mixer.q_proj.weight", BF16, (heads * hd, H)),
-                (q + "mixer.k_proj.weight", BF16, (kv * hd, H)),
-                (q + "mixer.v_proj.weight", BF16, (kv * hd, H)),
-                (q + "mixer.o_proj.weight", BF16, (H, heads * hd)),
-            ]
+            t.attention(q, H, heads, kv, hd, module="mixer")
         else:
             t += [
                 (q + "mixer.up_proj.weight", BF16, (inter, H)),
@@ -178,8 +131,8 @@ def nemotron_h(
         "vocab_size": V,
     }
     if vocab_size is not None:
-        _fit_token_ids(config, V)
-    return Layout("Nemotron-H-8B-Base-8K", config, t)
+        fit_token_ids_at_top(config, V)
+    return Layout("Nemotron-H-8B-Base-8K", config, list(t))
 
 
 LAYOUTS = {"nemotron_h": nemotron_h}

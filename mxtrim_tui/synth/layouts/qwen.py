@@ -3,14 +3,10 @@
 from __future__ import annotations
 
 from ..checkpoint import Layout, TensorSpec
-from .deepseek import LinearStore, fit_token_ids, gated_mlp, heads_for, pick, scaled, set_existing
+from .common import fit_token_ids, heads_for, kv_heads_for, pick, scaled, set_existing
+from .deepseek import LinearStore, gated_mlp
 
 BF16 = LinearStore("plain", "BF16")
-
-
-def kv_heads_for(heads: int, full_kv: int) -> int:
-    """Largest divisor of ``heads`` not above the released KV head count (GQA stays valid)."""
-    return max(d for d in range(1, min(heads, full_kv) + 1) if heads % d == 0)
 
 
 def qwen_attention(p: str, *, hidden: int, heads: int, kv_heads: int, head_dim: int,

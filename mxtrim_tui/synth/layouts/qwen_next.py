@@ -4,8 +4,8 @@ layer MoE with a shared expert, and an MTP block under the relative ``mtp.*`` pr
 from __future__ import annotations
 
 from ..checkpoint import Layout, TensorSpec
-from .deepseek import fit_token_ids, heads_for, pick, scaled, set_existing
-from .qwen import BF16, kv_heads_for, qwen_attention, qwen_moe
+from .common import fit_token_ids, heads_for, kv_heads_for, pick, scaled, set_existing
+from .qwen import BF16, qwen_attention, qwen_moe
 
 
 def _qwen3_next_config() -> dict:

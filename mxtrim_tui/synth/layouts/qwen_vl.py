@@ -15,61 +15,11 @@ Sources checked (public copies of the released files):
 from __future__ import annotations
 
 from ..checkpoint import Layout
-
-BF16 = "BF16"
-
-
-def _fit_token_ids(config: dict, vocab: int) -> dict:
-    """With a scaled-down vocabulary, move special token ids (``*_token_id``,
-    ``*_token_index``) that fall outside it to distinct ids at its top, so the config stays
-    loadable (e.g. ``pad_token_id`` must index the embedding)."""
-    big: set[int] = set()
-
-    def walk(d: dict, fn) -> None:
-        for key, value in d.items():
-            if isinstance(value, dict):
-                walk(value, fn)
-            elif key.endswith(("_token_id", "_token_index")):
-                d[key] = fn(value)
-
-    def collect(value):
-        for x in value if isinstance(value, list) else [value]:
-            if isinstance(x, int) and x >= vocab:
-                big.add(x)
-        return value
-
-    walk(config, collect)
-    remap = {old: vocab - 1 - i for i, old in enumerate(sorted(big))}
-    walk(config, lambda v: [remap.get(x, x) for x in v] if isinstance(v, list) else remap.get(v, v))
-    return config
+from .common import BF16  # noqa: F401 -- still importable from here
+from .common import Tensors, attention_dims, fit_token_ids_at_top, pick, width
 
 
 # --------------------------------------------------------------------------- scaling helpers
-
-
-def _width(real: int, hidden: int, real_hidden: int, multiple: int = 8) -> int:
-    """Scale a width with the hidden size (unchanged at full size), rounded up to ``multiple``."""
-    if hidden == real_hidden:
-        return real
-    value = max(multiple, real * hidden // real_hidden)
-    return -(-value // multiple) * multiple
-
-
-def _attention(hidden: int, real_hidden: int, heads: int, kv: int, head_dim: int, *, implicit: bool):
-    """(heads, kv_heads, head_dim) for a scaled hidden size. ``implicit``: the model derives
-    head_dim as hidden // heads, so heads * head_dim must equal hidden."""
-    if hidden == real_hidden:
-        return heads, kv, head_dim
-    hd = max(8, min(head_dim, hidden // 4))
-    n = max(1, hidden // hd)
-    if implicit:
-        while hidden % n:
-            n -= 1
-        hd = hidden // n
-    k = max(1, n * kv // heads)
-    while n % k:
-        k -= 1
-    return n, k, hd
 
 
 def _mrope(section: list[int], head_dim: int, real_head_dim: int) -> list[int]:
@@ -82,15 +32,10 @@ def _mrope(section: list[int], head_dim: int, real_head_dim: int) -> list[int]:
     return out
 
 
-class _Tensors(list):
-    def add(self, name: str, shape, dtype: str = BF16) -> None:
-        self.append((name, dtype, tuple(int(d) for d in shape)))
-
-
 # --------------------------------------------------------------------------- Qwen2.5-VL
 
 
-def _qwen2_5_vision(t: _Tensors, p: str, depth: int, vh: int, vi: int, out: int) -> None:
+def _qwen2_5_vision(t: Tensors, p: str, depth: int, vh: int, vi: int, out: int) -> None:
     """Qwen2.5-VL ViT: RMSNorm blocks, fused qkv with bias, gated MLP with biases."""
     t.add(f"{p}patch_embed.proj.weight", (vh, 3, 2, 14, 14))
     for b in range(depth):
@@ -101,12 +46,7 @@ def _qwen2_5_vision(t: _Tensors, p: str, depth: int, vh: int, vi: int, out: int)
         t.add(q + "attn.qkv.bias", (3 * vh,))
         t.add(q + "attn.proj.weight", (vh, vh))
         t.add(q + "attn.proj.bias", (vh,))
-        t.add(q + "mlp.gate_proj.weight", (vi, vh))
-        t.add(q + "mlp.gate_proj.bias", (vi,))
-        t.add(q + "mlp.up_proj.weight", (vi, vh))
-        t.add(q + "mlp.up_proj.bias", (vi,))
-        t.add(q + "mlp.down_proj.weight", (vh, vi))
-        t.add(q + "mlp.down_proj.bias", (vh,))
+        t.gate_up_down(q + "mlp.", vh, vi, bias=True)
     merged = 4 * vh  # spatial_merge_size 2 -> 2x2 patches
     t.add(f"{p}merger.ln_q.weight", (vh,))
     t.add(f"{p}merger.mlp.0.weight", (merged, merged))
@@ -115,21 +55,13 @@ def _qwen2_5_vision(t: _Tensors, p: str, depth: int, vh: int, vi: int, out: int)
     t.add(f"{p}merger.mlp.2.bias", (out,))
 
 
-def _qwen2_text(t: _Tensors, p: str, layers: int, h: int, inter: int, heads: int, kv: int, hd: int, vocab: int):
+def _qwen2_text(t: Tensors, p: str, layers: int, h: int, inter: int, heads: int, kv: int, hd: int, vocab: int):
     """Qwen2 decoder (q/k/v biases) under prefix ``p`` (``model.`` or ``model.language_model.``)."""
     t.add(f"{p}embed_tokens.weight", (vocab, h))
     for i in range(layers):
         q = f"{p}layers.{i}."
-        t.add(q + "self_attn.q_proj.weight", (heads * hd, h))
-        t.add(q + "self_attn.q_proj.bias", (heads * hd,))
-        t.add(q + "self_attn.k_proj.weight", (kv * hd, h))
-        t.add(q + "self_attn.k_proj.bias", (kv * hd,))
-        t.add(q + "self_attn.v_proj.weight", (kv * hd, h))
-        t.add(q + "self_attn.v_proj.bias", (kv * hd,))
-        t.add(q + "self_attn.o_proj.weight", (h, heads * hd))
-        t.add(q + "mlp.gate_proj.weight", (inter, h))
-        t.add(q + "mlp.up_proj.weight", (inter, h))
-        t.add(q + "mlp.down_proj.weight", (h, inter))
+        t.attention(q, h, heads, kv, hd, qkv_bias=True)
+        t.gate_up_down(q + "mlp.", h, inter)
         t.add(q + "input_layernorm.weight", (h,))
         t.add(q + "post_attention_layernorm.weight", (h,))
     t.add(f"{p}norm.weight", (h,))
@@ -151,21 +83,21 @@ def qwen2_5_vl(
     tensors ``visual.*``, ``model.layers.*``, ``lm_head``). ``new_layout=True``: the same model
     re-saved by transformers >= 4.52 (``text_config`` with ``layer_types``, tensors
     ``model.visual.*``, ``model.language_model.*``, ``lm_head``)."""
-    L = 28 if num_layers is None else num_layers
-    D = 32 if vision_depth is None else vision_depth
-    H = 3584 if hidden_size is None else hidden_size
-    V = 152064 if vocab_size is None else vocab_size
+    L = pick(num_layers, 28)
+    D = pick(vision_depth, 32)
+    H = pick(hidden_size, 3584)
+    V = pick(vocab_size, 152064)
     VH = vision_hidden_size or (1280 if H == 3584 else H)
-    inter = _width(18944, H, 3584)
-    heads, kv, hd = _attention(H, 3584, 28, 4, 128, implicit=True)
-    vi = _width(3420, VH, 1280)
-    vheads, _, _ = _attention(VH, 1280, 16, 16, 80, implicit=True)
+    inter = width(18944, H, 3584)
+    heads, kv, hd = attention_dims(H, 3584, 28, 4, 128, implicit=True)
+    vi = width(3420, VH, 1280)
+    vheads, _, _ = attention_dims(VH, 1280, 16, 16, 80, implicit=True)
     if fullatt_block_indexes is None:
         fullatt_block_indexes = [b for b in range(D) if b % 8 == 7] or [D - 1]
     mrope = _mrope([16, 24, 24], hd, 128)
     window_layers = 28 if L == 28 else L  # released value equals the depth
 
-    t = _Tensors()
+    t = Tensors()
     if new_layout:
         _qwen2_5_vision(t, "model.visual.", D, VH, vi, H)
         _qwen2_text(t, "model.language_model.", L, H, inter, heads, kv, hd, V)
@@ -224,7 +156,7 @@ def qwen2_5_vl(
             "vocab_size": V,
         }
         if vocab_size is not None:
-            _fit_token_ids(config, V)
+            fit_token_ids_at_top(config, V)
         return Layout("Qwen2.5-VL-7B-Instruct", config, list(t), max_shard_bytes=4_000_000_000)
 
     rope = {"mrope_section": mrope, "rope_type": "default", "type": "default"}
@@ -312,14 +244,14 @@ def qwen2_5_vl(
         "vocab_size": V,
     }
     if vocab_size is not None:
-        _fit_token_ids(config, V)
+        fit_token_ids_at_top(config, V)
     return Layout("Qwen2.5-VL-7B-Instruct (transformers>=4.52 layout)", config, list(t), max_shard_bytes=4_000_000_000)
 
 
 # --------------------------------------------------------------------------- Qwen3-VL
 
 
-def _qwen3_vision(t: _Tensors, depth: int, vh: int, vi: int, out: int, n_deepstack: int) -> None:
+def _qwen3_vision(t: Tensors, depth: int, vh: int, vi: int, out: int, n_deepstack: int) -> None:
     """Qwen3-VL ViT under ``model.visual.``: LayerNorm blocks, learned ``pos_embed``, a
     patch merger and one deepstack merger per entry of ``deepstack_visual_indexes``."""
     p = "model.visual."
@@ -376,15 +308,6 @@ def _qwen3_vl_vision_config(model_type: str, depth: int, vh: int, vi: int, vhead
     }
 
 
-def _qwen3_attn(t: _Tensors, q: str, h: int, heads: int, kv: int, hd: int) -> None:
-    t.add(q + "self_attn.q_proj.weight", (heads * hd, h))
-    t.add(q + "self_attn.k_proj.weight", (kv * hd, h))
-    t.add(q + "self_attn.v_proj.weight", (kv * hd, h))
-    t.add(q + "self_attn.o_proj.weight", (h, heads * hd))
-    t.add(q + "self_attn.q_norm.weight", (hd,))
-    t.add(q + "self_attn.k_norm.weight", (hd,))
-
-
 def qwen3_vl(
     *,
     num_layers: int | None = None,
@@ -397,26 +320,24 @@ def qwen3_vl(
     """Qwen3-VL-8B-Instruct (``Qwen3VLForConditionalGeneration``): 36 text layers, 27 ViT
     blocks, deepstack taps at blocks 8/16/24. Checkpoint order as released: language model
     first, then the vision tower and ``lm_head`` (both in the last shard)."""
-    L = 36 if num_layers is None else num_layers
-    D = 27 if vision_depth is None else vision_depth
-    H = 4096 if hidden_size is None else hidden_size
-    V = 151936 if vocab_size is None else vocab_size
+    L = pick(num_layers, 36)
+    D = pick(vision_depth, 27)
+    H = pick(hidden_size, 4096)
+    V = pick(vocab_size, 151936)
     VH = vision_hidden_size or (1152 if H == 4096 else H)
-    inter = _width(12288, H, 4096)
-    heads, kv, hd = _attention(H, 4096, 32, 8, 128, implicit=False)
-    vi = _width(4304, VH, 1152)
-    vheads, _, _ = _attention(VH, 1152, 16, 16, 72, implicit=True)
+    inter = width(12288, H, 4096)
+    heads, kv, hd = attention_dims(H, 4096, 32, 8, 128, implicit=False)
+    vi = width(4304, VH, 1152)
+    vheads, _, _ = attention_dims(VH, 1152, 16, 16, 72, implicit=True)
     deepstack = _deepstack_default(D) if deepstack_visual_indexes is None else list(deepstack_visual_indexes)
 
-    t = _Tensors()
+    t = Tensors()
     p = "model.language_model."
     t.add(p + "embed_tokens.weight", (V, H))
     for i in range(L):
         q = f"{p}layers.{i}."
-        _qwen3_attn(t, q, H, heads, kv, hd)
-        t.add(q + "mlp.gate_proj.weight", (inter, H))
-        t.add(q + "mlp.up_proj.weight", (inter, H))
-        t.add(q + "mlp.down_proj.weight", (H, inter))
+        t.attention(q, H, heads, kv, hd, qk_norm=True)
+        t.gate_up_down(q + "mlp.", H, inter)
         t.add(q + "input_layernorm.weight", (H,))
         t.add(q + "post_attention_layernorm.weight", (H,))
     t.add(p + "norm.weight", (H,))
@@ -461,7 +382,7 @@ def qwen3_vl(
         "vision_start_token_id": 151652,
     }
     if vocab_size is not None:
-        _fit_token_ids(config, V)
+        fit_token_ids_at_top(config, V)
     return Layout("Qwen3-VL-8B-Instruct", config, list(t))
 
 
@@ -480,30 +401,28 @@ def qwen3_vl_moe(
     128 experts stored fused and transposed per layer (``mlp.experts.gate_up_proj``
     ``[E, hidden, 2*moe_inter]``, ``mlp.experts.down_proj`` ``[E, moe_inter, hidden]``),
     router ``mlp.gate``. ``mlp_only_layers`` (released: ``[]``) makes those layers dense."""
-    L = 48 if num_layers is None else num_layers
-    E = 128 if num_experts is None else num_experts
-    D = 27 if vision_depth is None else vision_depth
-    H = 2048 if hidden_size is None else hidden_size
-    V = 151936 if vocab_size is None else vocab_size
+    L = pick(num_layers, 48)
+    E = pick(num_experts, 128)
+    D = pick(vision_depth, 27)
+    H = pick(hidden_size, 2048)
+    V = pick(vocab_size, 151936)
     VH = vision_hidden_size or (1152 if H == 2048 else H)
-    inter = _width(6144, H, 2048)
-    moe_inter = _width(768, H, 2048)
-    heads, kv, hd = _attention(H, 2048, 32, 4, 128, implicit=False)
-    vi = _width(4304, VH, 1152)
-    vheads, _, _ = _attention(VH, 1152, 16, 16, 72, implicit=True)
+    inter = width(6144, H, 2048)
+    moe_inter = width(768, H, 2048)
+    heads, kv, hd = attention_dims(H, 2048, 32, 4, 128, implicit=False)
+    vi = width(4304, VH, 1152)
+    vheads, _, _ = attention_dims(VH, 1152, 16, 16, 72, implicit=True)
     deepstack = _deepstack_default(D) if deepstack_visual_indexes is None else list(deepstack_visual_indexes)
     dense = set(mlp_only_layers or [])
 
-    t = _Tensors()
+    t = Tensors()
     p = "model.language_model."
     t.add(p + "embed_tokens.weight", (V, H))
     for i in range(L):
         q = f"{p}layers.{i}."
-        _qwen3_attn(t, q, H, heads, kv, hd)
+        t.attention(q, H, heads, kv, hd, qk_norm=True)
         if i in dense:
-            t.add(q + "mlp.gate_proj.weight", (inter, H))
-            t.add(q + "mlp.up_proj.weight", (inter, H))
-            t.add(q + "mlp.down_proj.weight", (H, inter))
+            t.gate_up_down(q + "mlp.", H, inter)
         else:
             t.add(q + "mlp.gate.weight", (E, H))
             t.add(q + "mlp.experts.gate_up_proj", (E, H, 2 * moe_inter))
@@ -558,7 +477,7 @@ def qwen3_vl_moe(
         "vision_start_token_id": 151652,
     }
     if vocab_size is not None:
-        _fit_token_ids(config, V)
+        fit_token_ids_at_top(config, V)
     return Layout("Qwen3-VL-30B-A3B-Instruct", config, list(t))
 
 
