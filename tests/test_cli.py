@@ -78,6 +78,13 @@ def test_usage_errors_exit_2():
     assert out.returncode == 2
 
 
+def test_wizard_starts_without_torch_or_transformers():
+    code = "import sys, mxtrim_tui.tui.app\nprint(','.join(m for m in ('torch', 'transformers') if m in sys.modules))\n"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == ""
+
+
 def test_engine_never_imports_textual_and_startup_stays_light():
     """The engine is headless (no Textual), and `inspect` pulls in neither torch nor
     transformers: they are imported lazily, where used."""
