@@ -83,7 +83,7 @@ async def full_session(tmp_path: Path, source: Path, size=(80, 24)):
         await pilot.press("ctrl+n")
         await settle(app, pilot)
         assert app.screen.id == "budget"
-        assert "not available" in str(app.screen.query_one("#gpu-table").get_row_at(0)[1])
+        assert "not available" in plain(app.screen.query_one("#gpu-status"))
         await pilot.press("ctrl+n")
         await settle(app, pilot)
         assert app.screen.id == "output"
@@ -235,3 +235,30 @@ async def test_real_weight_run_shows_bytes_progress_and_verification(tmp_path):
     out = Path(app.state.last_output)
     assert (out / "extract_weights.py").exists() and (out / "manifest.json").exists()
     assert list(out.glob("*.safetensors"))
+
+
+@pytest.mark.asyncio
+async def test_budget_with_a_gpu_reading(tmp_path):
+    """The figures an H200 returned through NVML in this project's device check: the table
+    lists the device and its process, and vLLM's budget arithmetic becomes available."""
+    from mxtrim_tui.core.gpu import GpuInfo, GpuProcess
+
+    h200 = GpuProbe(
+        "nvidia", True, "",
+        (GpuInfo(0, "NVIDIA H200", 150754820096, 9787277312, 140967542784, 0, (GpuProcess(455, "python", 9133096960),)),),
+        "580.159.04",
+    )
+    demo = build_demo(tmp_path / "demo")
+    app = MxtrimApp(demo, tree_root=tmp_path, gpu_probe=lambda: h200, workspace=tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        assert await wait_for(pilot, lambda: app.state.inventory is not None)
+        for _ in range(3):
+            await pilot.press("ctrl+n")
+            await settle(app, pilot)
+        assert app.screen.id == "budget"
+        assert await wait_for(pilot, lambda: app.screen.probe is not None)
+        await settle(app, pilot)
+        row = app.screen.query_one("#gpu-table").get_row_at(0)
+        assert row[1] == "NVIDIA H200" and "python[455]" in row[4]
+        view = plain(app.screen.query_one("#budget-view"))
+        assert "KV tokens" in view and "max concurrency" in view and "not available" not in view

@@ -75,6 +75,7 @@ class BudgetScreen(WizardScreen):
                         yield Input(value=value, id=f"in-{name}", restrict=r"[0-9.]*")
             yield Static("", id="disk-view")
             yield Label("GPUs", classes="pane-title")
+            yield Static("probing…", id="gpu-status")
             yield DataTable(id="gpu-table", cursor_type="row")
             yield Static("", id="budget-view")
         yield from self.compose_footer()
@@ -172,8 +173,12 @@ class BudgetScreen(WizardScreen):
         self.probe = probe
         table = self.query_one("#gpu-table", DataTable)
         table.clear()
-        if not probe.available or not probe.gpus:
-            table.add_row("—", Text(f"not available: {probe.reason}", style="dim"), "", "", "")
+        status = self.query_one("#gpu-status", Static)
+        table.display = bool(probe.available and probe.gpus)
+        if table.display:
+            status.update(Text(f"{probe.vendor} driver {probe.driver}" + (f", visible: {probe.visible_devices}" if probe.visible_devices else ""), style="dim"))
+        else:
+            status.update(Text(f"not available: {probe.reason}", style="dim"))
         for g in probe.gpus:
             used = f"{human_bytes(g.used_bytes)} / {human_bytes(g.total_bytes)}" if g.total_bytes else "n/a (UMA)"
             procs = ", ".join(f"{p.name}[{p.pid}]" for p in g.processes[:3]) or "idle"
