@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 
 from rich import box
 from rich.console import Console, Group as RichGroup
@@ -127,7 +126,7 @@ def render_inventory(inv: Inventory, console: Console) -> None:
 
 def render_plan(plan, console: Console) -> None:
     """The plan as `mxtrim plan` prints it."""
-    from .core.config_edit import MISSING
+    from .core.config_edit import short_value
 
     inv = plan.inventory
     auto = " (automatic covering set)" if plan.auto.get("text") else ""
@@ -162,15 +161,9 @@ def render_plan(plan, console: Console) -> None:
     for col in ("field", "before", "after"):
         edits.add_column(col, overflow="fold")
 
-    def short(v):
-        if v is MISSING:
-            return "(absent)"
-        t = json.dumps(v)
-        return t if len(t) <= 60 else t[:57] + "…"
-
     for e in plan.edits:
         field = e.dotted if e.file == "config.json" else f"{e.file}:{e.dotted}"
-        edits.add_row(field, short(e.before), short(e.after))
+        edits.add_row(field, short_value(e.before, 60), short_value(e.after, 60))
     console.print(edits)
     for i in plan.issues:
         style = "bold red" if i.level == "error" else "yellow"

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from mxtrim_tui.core.config_edit import get_path
 from mxtrim_tui.core.inventory import build_inventory, stack_config
 from mxtrim_tui.core.plan import Selection, SelectionError, build_plan, parse_keep_spec
 from mxtrim_tui.core.source import open_source

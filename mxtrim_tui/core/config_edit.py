@@ -8,6 +8,7 @@ object. ``to_dict()`` of a config class is never used for writing.
 from __future__ import annotations
 
 import copy
+import json
 from dataclasses import dataclass
 
 
@@ -45,6 +46,14 @@ class ConfigEdit:
             "after_absent": self.after is MISSING,
             "reason": self.reason,
         }
+
+
+def short_value(value, limit: int = 48) -> str:
+    """A config value as compact JSON for tables: "(absent)" or cut to ``limit`` chars."""
+    if value is MISSING:
+        return "(absent)"
+    text = json.dumps(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def get_path(doc, path: tuple, default=MISSING):

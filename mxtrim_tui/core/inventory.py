@@ -439,7 +439,7 @@ def _build_inventory(source: ModelSource) -> Inventory:
     config = source.config
     fam = family_for(config)
     warnings: list[str] = []
-    names = list(source.tensor_shard)
+    names = source.tensor_shard  # iterated for names only
     stacks = fam.stacks or _generic_stacks(names)
 
     # text config (for MTP count and absolute-MTP depth)

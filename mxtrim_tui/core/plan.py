@@ -15,10 +15,11 @@ from __future__ import annotations
 import itertools
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from .config_edit import MISSING, ConfigEdit, apply_edits, get_path
-from .families.base import DENSE, DSA_FULL, DSA_SHARED, HASH_MOE, MOE, Stack, first_int
-from .inventory import Inventory, Layer, LayerKind, stack_config
+from .families.base import DENSE, DSA_FULL, DSA_SHARED, HASH_MOE, MOE, Stack, first_int, require_moe
+from .inventory import Inventory, LayerKind, stack_config
 from .units import human_bytes, index_ranges
 
 CONFIG = "config.json"
@@ -167,15 +168,10 @@ class TrimPlan:
     def new_depth(self) -> int:
         return len(self.kept.get("text", []))
 
-    @property
+    @cached_property
     def retained_bytes(self) -> int:
-        inv = self.inventory
-        keep = set(self.renames_old)
-        return sum(inv.source.shards[inv.source.tensor_shard[n]].tensors[n].nbytes for n in keep)
-
-    @property
-    def renames_old(self) -> list[str]:
-        return [o for o, _ in self.renames]
+        src = self.inventory.source
+        return sum(src.tensor(old).nbytes for old, _ in self.renames)
 
     def mapping(self, submodel: str) -> list[LayerMap]:
         return [m for m in self.mappings if m.submodel == submodel]
@@ -396,7 +392,7 @@ def build_plan(inv: Inventory, selection: Selection | None = None, *, _auto_prob
         if fam.dense_prefix:
             _check_dense_prefix(ctx)
         if fam.requires_moe:
-            _check_moe_kept(ctx)
+            require_moe(ctx)
         for hook in fam.trim:
             hook(ctx)
 
@@ -513,16 +509,6 @@ def _check_dense_prefix(ctx: TrimContext) -> None:
                 f"keep dense layers only before the first kept MoE layer (dense kept: {index_ranges(dense)})",
             )
             return
-
-
-def _check_moe_kept(ctx: TrimContext) -> None:
-    src_has_moe = any(l.kind.mlp in (MOE, HASH_MOE) for l in ctx.inventory.submodels["text"].layers)
-    if src_has_moe and ctx.kinds and not any(k.mlp in (MOE, HASH_MOE) for k in ctx.kinds):
-        first = next(l.index for l in ctx.inventory.submodels["text"].layers if l.kind.mlp in (MOE, HASH_MOE))
-        ctx.error(
-            "no MoE layer kept: vLLM raises for this architecture when the model has no MoE layer",
-            f"keep at least one MoE layer (e.g. {first})",
-        )
 
 
 def _plan_mtp(inv, edits, issues, config, text_path, text_cfg, mtp_kept, has_mtp) -> None:
@@ -672,7 +658,7 @@ def _verify_rules(inv, new_config, stack, path, kept, kinds, issues) -> None:
                     "error",
                     f"after renumbering, the runtime would build new layer {new} (original {old}, "
                     f"{kind.attention} · {kind.mlp}) as {att or kind.attention} · {mlp or kind.mlp}",
-                    _formula_fix(inv, kept, new, old),
+                    inv.family.formula_fix,
                 )
             )
     # transformers validates per-layer list lengths against num_hidden_layers
@@ -683,26 +669,16 @@ def _verify_rules(inv, new_config, stack, path, kept, kinds, issues) -> None:
             issues.append(Issue("error", f"output {f} has {len(v)} entries, num_hidden_layers is {n}"))
 
 
-def _formula_fix(inv, kept, new, old) -> str:
-    key = inv.family.key
-    if key == "gpt_oss":
-        return "vLLM hard-codes sliding attention on even indices: keep originally even layers at even new positions (e.g. pairs 2k, 2k+1)"
-    if key == "jamba":
-        return "Jamba's period/offset rule cannot express this set; choose layers whose kinds repeat with one period"
-    if key == "llama4":
-        return "vLLM places MoE by interleave_moe_layer_step; choose kept layers so MoE layers recur with one step"
-    return "choose layers whose kinds the family's rules can express at the new indices"
-
-
 def _family_warnings(inv, new_n, mtp_kept, issues) -> None:
     fam = inv.family
-    if fam.key in ("deepseek_v3", "deepseek_v32", "glm_moe_dsa") and new_n == 40 and mtp_kept:
+    n = fam.metax_dense_mtp_depth
+    if n is not None and new_n == n and mtp_kept:
         issues.append(
             Issue(
                 "warning",
-                "vLLM-MetaX treats layer 40 of a 40-layer DeepSeek-architecture model as a dense MTP layer (JoyAI hack): "
-                "the MTP MLP kind changes at exactly 40 kept layers",
-                "keep 39 or 41 layers",
+                f"vLLM-MetaX treats layer {n} of a {n}-layer DeepSeek-architecture model as a dense MTP layer (JoyAI hack): "
+                f"the MTP MLP kind changes at exactly {n} kept layers",
+                f"keep {n - 1} or {n + 1} layers",
             )
         )
     if mtp_kept and fam.mtp_ignored_by_transformers and "mtp" in inv.submodels:

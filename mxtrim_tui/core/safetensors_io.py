@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import dataclass
 from itertools import chain, repeat
 from math import prod
 from operator import itemgetter, mul, sub

@@ -23,6 +23,18 @@ class WizardState:
     workspace: Path = field(default_factory=Path.cwd)
     budget_inputs: BudgetInputs = field(default_factory=BudgetInputs)
     last_output: Path | None = None
+    _estimate: tuple | None = field(default=None, repr=False)
+
+    def disk_estimate(self):
+        """The exact real-weight output size of the current plan, computed once per plan
+        (the output screen asks on every keystroke in the path field)."""
+        from ..core.disk_budget import estimate_output
+
+        if self.plan is None:
+            return None
+        if self._estimate is None or self._estimate[0] is not self.plan:
+            self._estimate = (self.plan, estimate_output(self.plan))
+        return self._estimate[1]
 
     def selection(self) -> Selection:
         keep = {k: v for k, v in self.keep.items() if v is not None}

@@ -94,6 +94,11 @@ class Family:
     requires_moe: bool = False
     # transformers hard-codes the original MTP index in _keys_to_ignore_on_load_unexpected.
     mtp_ignored_by_transformers: bool = False
+    # vLLM-MetaX builds layer N of an N-layer model as a dense MTP layer at exactly this N
+    # (the JoyAI hack in vllm_metax/models/deepseek_v2.py).
+    metax_dense_mtp_depth: int | None = None
+    # What to do when the renumbered config cannot express the kept kinds.
+    formula_fix: str = "choose layers whose kinds the family's rules can express at the new indices"
 
 
 # --- small helpers shared by family modules -------------------------------------------
@@ -208,8 +213,8 @@ def require_moe(ctx) -> None:
     if not ctx.kinds:
         return
     src = ctx.inventory.submodels["text"].layers
-    if any(l.kind.mlp == MOE for l in src) and not any(k.mlp in (MOE, HASH_MOE) for k in ctx.kinds):
-        first = next(l.index for l in src if l.kind.mlp == MOE)
+    if any(l.kind.mlp in (MOE, HASH_MOE) for l in src) and not any(k.mlp in (MOE, HASH_MOE) for k in ctx.kinds):
+        first = next(l.index for l in src if l.kind.mlp in (MOE, HASH_MOE))
         ctx.error(
             "no MoE layer kept: vLLM raises for this architecture when the model has no MoE layer",
             f"keep at least one MoE layer (e.g. {first})",

@@ -92,28 +92,29 @@ DEEPSEEK_V3 = Family(
     trim=(set_first_k_dense,),
     dense_prefix=True,
     mtp_ignored_by_transformers=True,
+    metax_dense_mtp_depth=40,
 )
+
+# The DeepSeek-V3.2 stack, shared with GLM-5.x: MLA + DSA indexer + DeepSeek MoE placement.
+DSA_STACKS = (
+    Stack("text", ("model.layers.",), attention=dsa_attention, mlp=deepseek_moe_mlp, experts_fields=("n_routed_experts",)),
+)
+# MTP layers always build a full indexer (vLLM deepseek_v32/attention.py).
+DSA_MTP = Mtp("absolute", ("num_nextn_predict_layers",), attention=lambda c, k: DSA_FULL, mlp=_moe_mtp)
+DSA_TRIM = (set_first_k_dense, write_index_topk_pattern, write_mlp_layer_types)
 
 DEEPSEEK_V32 = Family(
     key="deepseek_v32",
     display="DeepSeek-V3.2 (MLA + DSA indexer + MoE)",
     model_types=("deepseek_v32",),
     architectures=("DeepseekV32ForCausalLM",),
-    stacks=(
-        Stack(
-            "text",
-            ("model.layers.",),
-            attention=dsa_attention,
-            mlp=deepseek_moe_mlp,
-            experts_fields=("n_routed_experts",),
-        ),
-    ),
-    # MTP layers always build a full indexer (vLLM deepseek_v32/attention.py).
-    mtp=Mtp("absolute", ("num_nextn_predict_layers",), attention=lambda c, k: DSA_FULL, mlp=_moe_mtp),
+    stacks=DSA_STACKS,
+    mtp=DSA_MTP,
     shared=SHARED,
-    trim=(set_first_k_dense, write_index_topk_pattern, write_mlp_layer_types),
+    trim=DSA_TRIM,
     dense_prefix=True,
     mtp_ignored_by_transformers=True,
+    metax_dense_mtp_depth=40,
 )
 
 FAMILIES = (DEEPSEEK_V3, DEEPSEEK_V32)

@@ -8,7 +8,7 @@ indexer with IndexCache 'shared' layers) and the DeepSeek MoE rule. Both store M
 """
 
 from .base import DENSE, DSA_FULL, FULL, MOE, Family, Mtp, Stack, deepseek_moe_mlp, first_int, set_first_k_dense
-from .deepseek import SHARED, dsa_attention, mla_attention, write_index_topk_pattern, write_mlp_layer_types
+from .deepseek import DSA_MTP, DSA_STACKS, DSA_TRIM, SHARED, dsa_attention, mla_attention
 
 
 def glm4_moe_mlp(cfg: dict, idx: int) -> str:
@@ -70,21 +70,14 @@ GLM_MOE_DSA = Family(
     display="GLM-5.x (MLA + DSA IndexCache + MoE)",
     model_types=("glm_moe_dsa",),
     architectures=("GlmMoeDsaForCausalLM",),
-    stacks=(
-        Stack(
-            "text",
-            ("model.layers.",),
-            attention=dsa_attention,
-            mlp=deepseek_moe_mlp,
-            experts_fields=("n_routed_experts",),
-        ),
-    ),
-    mtp=Mtp("absolute", ("num_nextn_predict_layers",), attention=lambda c, k: DSA_FULL, mlp=lambda c, k: MOE),
+    stacks=DSA_STACKS,
+    mtp=DSA_MTP,
     shared=SHARED,
     checks=(_indexer_types_check,),
-    trim=(set_first_k_dense, write_index_topk_pattern, write_mlp_layer_types),
+    trim=DSA_TRIM,
     dense_prefix=True,
     mtp_ignored_by_transformers=True,
+    metax_dense_mtp_depth=40,
 )
 
 FAMILIES = (GLM4_MOE, GLM_MOE_DSA)

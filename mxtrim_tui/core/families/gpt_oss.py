@@ -36,6 +36,7 @@ GPT_OSS = Family(
     ),
     shared=(("model.embed_tokens.", "embeddings"), ("model.norm.", "final norm"), ("lm_head.", "lm head")),
     checks=(_layer_types_check,),
+    formula_fix="vLLM hard-codes sliding attention on even indices: keep originally even layers at even new positions (e.g. pairs 2k, 2k+1)",
 )
 
 FAMILIES = (GPT_OSS,)

@@ -60,6 +60,7 @@ JAMBA = Family(
     stacks=(Stack("text", ("model.layers.",), attention=jamba_attention, mlp=jamba_mlp, experts_fields=("num_experts",)),),
     shared=(("model.embed_tokens.", "embeddings"), ("model.final_layernorm.", "final norm"), ("lm_head.", "lm head")),
     trim=(jamba_trim,),
+    formula_fix="Jamba's period/offset rule cannot express this set; choose layers whose kinds repeat with one period",
 )
 
 FAMILIES = (JAMBA,)

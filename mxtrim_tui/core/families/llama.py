@@ -112,6 +112,7 @@ LLAMA4 = Family(
     ),
     checks=(_moe_layers_check,),
     trim=(llama4_trim,),
+    formula_fix="vLLM places MoE by interleave_moe_layer_step; choose kept layers so MoE layers recur with one step",
 )
 
 FAMILIES = (LLAMA, LLAMA4)

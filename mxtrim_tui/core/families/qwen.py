@@ -5,7 +5,7 @@ Sliding window: transformers derives ``layer_types`` (sliding iff ``use_sliding_
 ``decoder_sparse_step`` (vLLM ``qwen2_moe.py``, ``qwen3_moe.py``).
 """
 
-from .base import DENSE, FULL, SLIDING, Family, Stack, first_int, layer_types_rule, qwen_moe_mlp, qwen_moe_placement
+from .base import DENSE, FULL, SLIDING, Family, Stack, first_int, layer_types_rule, qwen_moe_mlp, qwen_moe_placement, require_moe
 
 
 def qwen_attention(cfg: dict, idx: int) -> str:
@@ -35,9 +35,8 @@ def sliding_window_layers(ctx) -> None:
 
 
 def qwen3_moe_requires_moe(ctx) -> None:
+    """Qwen3-MoE raises without an MoE layer; Qwen2-MoE only warns."""
     if ctx.inventory.source.model_type == "qwen3_moe":
-        from .base import require_moe
-
         require_moe(ctx)
 
 

@@ -19,7 +19,6 @@ Sources checked (public copies of the released files):
 from __future__ import annotations
 
 from ..checkpoint import Layout
-from .common import BF16  # noqa: F401 -- still importable from here
 from .common import Tensors, attention_dims, fit_token_ids_at_top, pick, width
 
 

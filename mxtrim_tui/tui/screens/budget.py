@@ -16,6 +16,7 @@ from textual.widgets import DataTable, Input, Label, Static
 
 from ...core.budget import compute_budget
 from ...core.units import human_bytes
+from ...core.writer import asset_files
 from .base import WizardScreen
 
 GPU_REFRESH_SECONDS = 5.0
@@ -31,15 +32,13 @@ def bar(used: int, total: int, width: int = 30) -> Text:
     return text
 
 
-def output_bytes(plan, mode: str) -> int:
+def output_bytes(state) -> int:
     """Exact for real weights (shard headers and all, from the extraction layout); for dummy
-    outputs the assets plus the rewritten configs."""
-    if mode == "weights" and plan.inventory.source.shards:
-        from ...core.disk_budget import estimate_output
-
-        return estimate_output(plan).total
-    src = plan.inventory.source
-    assets = sum(f.size for f in src.files if f.kind.value in ("tokenizer", "tokenizer config", "chat template", "generation config", "processor config"))
+    outputs the copied assets plus the rewritten configs."""
+    plan = state.plan
+    if state.mode == "weights" and plan.inventory.source.shards:
+        return state.disk_estimate().total
+    assets = sum(f.size for f in asset_files(plan))
     return assets + sum(len(str(d)) for d in plan.new_documents.values())
 
 
@@ -97,7 +96,7 @@ class BudgetScreen(WizardScreen):
         target = (st.output_path or st.workspace).resolve()
         probe_dir = next((p for p in [target, *target.parents] if p.exists()), Path("/"))
         free = self.app.disk_usage(probe_dir).free
-        need = output_bytes(st.plan, st.mode)
+        need = output_bytes(st)
         t = Table.grid(padding=(0, 1))
         t.add_column(style="bold")
         t.add_column()

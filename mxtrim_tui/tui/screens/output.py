@@ -14,7 +14,7 @@ from textual.containers import Vertical
 from textual.widgets import Input, Label, RadioButton, RadioSet, Static
 
 from ...core.units import human_bytes
-from ...core.writer import default_output_dir
+from ...core.writer import asset_files, default_output_dir
 from .base import WizardScreen
 from .budget import output_bytes
 
@@ -78,14 +78,14 @@ class OutputScreen(WizardScreen):
         t.add_column()
         t.add_row("layers", f"{plan.new_depth} text layer(s) {plan.kept.get('text')}" + (f", MTP {'kept' if plan.mtp_kept else 'dropped'}" if "mtp" in plan.inventory.submodels else ""))
         files = ["config.json (rewritten)", *[f for f in plan.new_documents if f != "config.json"]]
-        assets = [f.path for f in plan.inventory.source.files if f.kind.value in ("tokenizer", "tokenizer config", "chat template", "generation config", "processor config", "custom code")]
+        assets = [f.path for f in asset_files(plan)]
         t.add_row("files", ", ".join(files + assets[:6]) + (f" +{len(assets) - 6}" if len(assets) > 6 else ""))
         if st.mode == "weights":
-            from ...core.disk_budget import check_free_space, estimate_output
+            from ...core.disk_budget import check_free_space
 
             t.add_row("weights", f"{len(plan.renames):,} tensors copied byte-exact, extract_weights.py, manifest.json")
             if plan.inventory.source.shards and not plan.errors:
-                est = estimate_output(plan)
+                est = st.disk_estimate()
                 ok, free, message = check_free_space(est, st.output_path or st.workspace)
                 t.add_row("disk", Text(message, style="" if ok else "bold red"))
                 t.add_row("", Text(f"{est.shards} shard(s): " + est.breakdown(), style="dim"))
@@ -93,7 +93,7 @@ class OutputScreen(WizardScreen):
                 t.add_row(Text("blocked", style="bold red"), Text("the source has no weights: only dummy mode applies", style="red"))
         else:
             t.add_row("weights", "none (dummy load allocates random parameters)")
-            t.add_row("size", f"≈ {human_bytes(output_bytes(plan, st.mode))}")
+            t.add_row("size", f"≈ {human_bytes(output_bytes(st))}")
         t.add_row("report", "README.md + mxtrim-plan.json in the output")
         if st.output_path is not None and st.output_path.exists():
             t.add_row(Text("path", style="bold red"), Text("exists: choose another (never overwritten)", style="red"))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 
 from rich.table import Table
 from rich.text import Text
@@ -10,20 +9,13 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
-from textual.widgets import DataTable, Input, Label, Static, TabbedContent, TabPane
+from textual.widgets import DataTable, Input, Static, TabbedContent, TabPane
 
-from ...core.config_edit import MISSING
+from ...core.config_edit import short_value
 from ...core.plan import SelectionError, build_plan, parse_keep_spec
 from ...core.units import human_bytes, index_ranges
 from ...render import group_style
 from .base import WizardScreen
-
-
-def _short(v, limit=48) -> str:
-    if v is MISSING:
-        return "(absent)"
-    t = json.dumps(v)
-    return t if len(t) <= limit else t[: limit - 1] + "…"
 
 
 class SelectionScreen(WizardScreen):
@@ -94,7 +86,6 @@ class SelectionScreen(WizardScreen):
 
     def show_plan(self, plan) -> None:
         inv = plan.inventory
-        kept = {(s, i) for s, idx in plan.kept.items() for i in idx}
         table = self.query_one("#keep-table", DataTable)
         row = table.cursor_row
         table.clear()
@@ -157,7 +148,7 @@ class SelectionScreen(WizardScreen):
             diff.add_column(col, overflow="fold")
         for e in plan.edits:
             field = e.dotted if e.file == "config.json" else f"{e.file}:{e.dotted}"
-            diff.add_row(field, Text(_short(e.before), style="red"), Text(_short(e.after), style="green"))
+            diff.add_row(field, Text(short_value(e.before), style="red"), Text(short_value(e.after), style="green"))
         self.query_one("#diff-view", Static).update(diff if plan.edits else "no field changes")
 
     # --- actions -------------------------------------------------------------------------
