@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from rich.text import Text
 
 from mxtrim_tui.core.gpu import GpuProbe
 from mxtrim_tui.demo.build import build_demo
@@ -168,6 +169,66 @@ async def test_cancel_kills_the_child_and_quitting_leaves_no_process(tmp_path):
         pid2 = run.process.pid
         await pilot.press("ctrl+q")
     assert not psutil.pid_exists(pid2) or psutil.Process(pid2).status() == psutil.STATUS_ZOMBIE
+
+
+@pytest.mark.asyncio
+async def test_run_log_follows_a_burst_of_lines_until_the_user_scrolls_up(tmp_path):
+    """A child that writes hundreds of lines at once: the log stays at the newest line; once the
+    user scrolls up it stays where they read, and going back to the bottom follows again."""
+    import sys
+
+    demo = build_demo(tmp_path / "demo")
+    app = MxtrimApp(demo, tree_root=tmp_path, gpu_probe=NO_GPU, workspace=tmp_path)
+    go = tmp_path / "go"
+    child = (
+        "import os, sys, time\n"
+        "def burst(tag, n):\n"
+        "    for i in range(n): print(tag, i, file=sys.stderr)\n"
+        "    sys.stderr.flush()\n"
+        "def wait(name):\n"
+        f"    while not os.path.exists({str(go)!r} + name): time.sleep(0.02)\n"
+        "burst('first', 400); wait('1'); burst('second', 50); wait('2'); burst('third', 200)\n"
+    )
+    async with app.run_test(size=(80, 24)) as pilot:
+        assert await wait_for(pilot, lambda: app.state.inventory is not None)
+        app.action_goto("run")
+        await settle(app, pilot)
+        run = app.get_screen("run")
+        log = run.query_one("#run-log")
+
+        def logged(text: str) -> bool:
+            return any(str(line.text) == text for line in log.lines)
+
+        def visible() -> list[str]:
+            top = int(log.scroll_y)
+            return [str(line.text) for line in log.lines[top : top + log.scrollable_content_region.height]]
+
+        # lines handled back to back before any repaint (as messages queue up during a burst)
+        for i in range(100):
+            run._log(Text(f"queued {i}"))
+        await settle(app, pilot)
+        assert log.max_scroll_y > 50 and "queued 99" in visible()
+
+        run.start([sys.executable, "-c", child])
+        assert await wait_for(pilot, lambda: logged("first 399"))
+        await pilot.pause(0.2)  # not settle: the run worker waits on the child
+        assert log.max_scroll_y > 300 and log.scroll_y == log.max_scroll_y
+        assert "first 399" in visible()
+        # the user scrolls up to read; new lines must not pull the view away
+        log.focus()
+        await pilot.press("home")
+        await pilot.pause(0.2)  # not settle: the run worker waits on the child
+        (tmp_path / "go1").touch()
+        assert await wait_for(pilot, lambda: logged("second 49"))
+        await pilot.pause(0.2)  # not settle: the run worker waits on the child
+        assert log.scroll_y == 0 and "first 0" in visible()
+        # back at the bottom: following resumes
+        await pilot.press("end")
+        await pilot.pause(0.2)  # not settle: the run worker waits on the child
+        (tmp_path / "go2").touch()
+        assert await wait_for(pilot, lambda: not run.running and logged("third 199"))
+        await pilot.pause(0.2)  # not settle: the run worker waits on the child
+        assert log.scroll_y == log.max_scroll_y and "third 199" in visible()
 
 
 @pytest.mark.asyncio

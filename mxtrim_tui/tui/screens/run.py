@@ -79,13 +79,19 @@ class RunScreen(WizardScreen):
             yield ProgressBar(id="run-progress", show_eta=False)
             yield Static("", id="run-stats")
             yield Label("Log", classes="pane-title")
-            yield RichLog(id="run-log", max_lines=LOG_LINES, wrap=False, markup=False, highlight=False)
+            # auto_scroll off: the anchor below follows the tail, and lets go while the user reads
+            # higher up (a per-write "am I at the bottom?" check misses bursts of lines written
+            # before the pending scroll has happened, and then stops following for good)
+            yield RichLog(id="run-log", max_lines=LOG_LINES, wrap=False, markup=False, highlight=False, auto_scroll=False)
             yield Static(
                 Text("Validation: not available yet — offline loads and vllm serve land with the validation issue; "
                      "the output's README marks every check unverified.", style="dim"),
                 id="run-validation",
             )
         yield from self.compose_footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#run-log", RichLog).anchor()
 
     def refresh_view(self) -> None:
         pass
@@ -133,10 +139,7 @@ class RunScreen(WizardScreen):
         self.post_message(ChildExited(proc.returncode, "".join(out_chunks), self._cancelled))
 
     def _log(self, text: Text) -> None:
-        log = self.query_one("#run-log", RichLog)
-        # follow the tail only while the user is at the bottom
-        log.auto_scroll = log.is_vertical_scroll_end or log.max_scroll_y == 0
-        log.write(text)
+        self.query_one("#run-log", RichLog).write(text)
 
     def on_child_line(self, message: ChildLine) -> None:
         line = message.line
