@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import struct
 
 import pytest
@@ -195,17 +196,18 @@ def test_sparse_file_reads_without_touching_data(tmp_path):
     assert p.stat().st_blocks * 512 < 1_000_000  # the 2 GiB tensor costs no disk
 
 
-def test_fast_path_accepts_exactly_what_the_exact_path_accepts(tmp_path):
-    """Seeded mutation fuzz: whenever the reference-rule path rejects a header, the fast
-    path must have deferred to it (returned None); when both accept, they agree."""
+def test_fast_paths_accept_exactly_what_the_exact_path_accepts(tmp_path):
+    """Seeded mutation fuzz: whenever the reference-rule path rejects a header, both fast
+    paths (the split-based canonical one and the JSON-tree one) must have deferred to it
+    (returned None); when they accept, they agree with it entry for entry."""
     import random
 
-    from mxtrim_tui.core.safetensors_io import _parse_exact, _parse_fast
+    from mxtrim_tui.core.safetensors_io import _parse_canonical, _parse_exact, _parse_fast
 
     rng = random.Random(1234)
     dtypes = list(DTYPE_BITS)
-    checked = rejected = 0
-    for case in range(400):
+    checked = rejected = canonical_hits = 0
+    for case in range(1200):
         n = rng.randint(0, 6)
         header, off = {}, 0
         for i in range(n):
@@ -235,22 +237,121 @@ def test_fast_path_accepts_exactly_what_the_exact_path_accepts(tmp_path):
             header[a]["data_offsets"] = [0, header[a]["data_offsets"][1] - header[a]["data_offsets"][0]]
         elif mutation == 8:
             header["__metadata__"] = rng.choice([{"a": "b"}, {"a": 1}, ["x"]])
-        text = json.dumps(header)
-        file_size = 8 + len(text) + max(data_size, 0)
+        # the writers' compact spelling (the split path's case) or json.dumps' default
+        text = json.dumps(header, separators=(",", ":")) if case % 2 else json.dumps(header)
+        text += " " * rng.choice([0, 0, 3])
+        file_size = 8 + len(text.encode()) + max(data_size, 0)
         path = tmp_path / f"case{case}.safetensors"
         try:
-            exact = _parse_exact(path, text, len(text), file_size)
+            exact = _parse_exact(path, text, len(text.encode()), file_size)
         except SafetensorsFormatError:
             exact = None
-        obj = json.loads(text)
-        fast = _parse_fast(path, text, obj, len(text), file_size) if isinstance(obj, dict) else None
+        try:
+            obj = json.loads(text)
+        except ValueError:
+            obj = None
+        fast = _parse_fast(path, text, obj, len(text.encode()), file_size) if isinstance(obj, dict) else None
+        canonical = _parse_canonical(path, text.encode(), text, len(text.encode()), file_size)
         if exact is None:
             rejected += 1
-            assert fast is None, (case, text)
-        elif fast is not None:
-            checked += 1
-            assert fast.tensors == exact.tensors and fast.metadata == exact.metadata
-    assert checked > 100 and rejected > 100
+            assert fast is None and canonical is None, (case, text)
+        else:
+            for other in (fast, canonical):
+                if other is not None:
+                    assert other.tensors == exact.tensors and other.metadata == exact.metadata, (case, text)
+            checked += fast is not None
+            canonical_hits += canonical is not None
+    assert checked > 100 and rejected > 100 and canonical_hits > 60
+
+
+def test_canonical_path_defers_on_every_respelling(tmp_path):
+    """Each textual respelling of a valid compact header, applied to many random headers:
+    the split-based path must agree with the reference-rule path (same entries) or defer."""
+    import random
+
+    from mxtrim_tui.core.safetensors_io import _parse_canonical, _parse_exact
+
+    rng = random.Random(99)
+    dtypes = list(DTYPE_BITS)
+    outcomes = {choice: set() for choice in range(len(_RESPELLINGS) + 1)}
+    for case in range(1500):
+        header, off = {}, 0
+        if (case // 25) % 2 == 0:
+            header["__metadata__"] = {"format": "pt"}
+        for i in range(rng.randint(2, 5)):
+            dt = rng.choice(dtypes)
+            shape = [rng.randint(1, 4) * 2 for _ in range(rng.randint(0, 3))]
+            size = tensor_bytes(dt, shape)
+            header[f"t{i}"] = entry(dt, shape, off, off + size)
+            off += size
+        choice = case % len(outcomes)
+        text = _respell(json.dumps(header, separators=(",", ":")), choice)
+        raw = text.encode()
+        file_size = 8 + len(raw) + off
+        path = tmp_path / "h.safetensors"
+        try:
+            exact = _parse_exact(path, text, len(raw), file_size)
+        except (SafetensorsFormatError, ValueError):
+            exact = None
+        canonical = _parse_canonical(path, raw, text, len(raw), file_size)
+        if canonical is not None:
+            assert exact is not None, (choice, text)
+            assert canonical.tensors == exact.tensors and canonical.metadata == exact.metadata, (choice, text)
+        outcomes[choice].add((exact is not None, canonical is not None))
+    # a valid unchanged spelling always takes the split path; every respelling was exercised
+    assert (True, True) in outcomes[len(_RESPELLINGS)] and (True, False) not in outcomes[len(_RESPELLINGS)]
+    assert all(outcomes.values())
+
+
+_RESPELLINGS = (
+    ("data_offsets\":[0,", "data_offsets\":[00,"),  # leading zero on the first begin
+    ('"data_offsets":[', '"data_offsets":[+'),
+    (",", ", "),  # valid JSON, other spacing
+    ('"t0"', '"t\\u0030"'),  # an escape that decodes to the same name
+    ('"t1"', '"t0"'),  # duplicate name
+    ('"t0"', '"t\x01"'),  # raw control character
+    ('"t0"', '"tä"'),  # non-ASCII name (valid)
+    ('{"dtype"', '{"shape":[],"dtype"'),  # extra key
+    ("]}}", "]},}"),  # trailing comma
+    ('"shape":[', '"shape":[1_'),
+    ("]", " ]"),
+    ('"dtype":"', '"dtype": "'),
+    ('"format":"pt"', '"format":"p}t"'),  # a brace inside metadata
+    ('"format":"pt"', '"format":1'),
+    ("}", "}\n"),
+    ('"t1"', '"__metadata__"'),  # a tensor may not take the metadata's name
+    ('"t1"', '"t\\""'),  # an escaped quote inside a name
+    ('"data_offsets"', '"data_offset"'),  # a missing key
+    ('"t0":{', '"t0":{"dtype":"F32",'),  # a duplicate key
+    ("]},", "]}, "),
+    ("{", " {"),
+    ('"pt"},', '"pt"}'),  # no comma after the metadata
+    ("]}}", "]}x"),  # junk after the last entry
+    ('"format":"pt"', '"n":1,"format":"pt"'),  # a metadata value that is not a string
+    ("{", "x{"),
+    ("", ""),  # (special-cased) a non-ASCII digit in the last end
+    ("", ""),  # (special-cased) an underscore in the last end
+    ("", ""),  # (special-cased) a plus sign on the last end
+    ("", ""),  # (special-cased) three offsets in the last entry
+)
+_LAST_END = {
+    len(_RESPELLINGS) - 2: r",+\1\2]}}",
+    len(_RESPELLINGS) - 3: r",\1_\2]}}",
+    len(_RESPELLINGS) - 4: lambda m: ",\u0664" + m.group(2) + "]}}",  # ARABIC-INDIC DIGIT FOUR
+}
+
+
+def _respell(text: str, choice: int) -> str:
+    if choice == len(_RESPELLINGS):
+        return text
+    if choice == 0:  # a leading zero on the last end offset
+        return re.sub(r"(\d+)\]\}\}", r"0\1]}}", text)
+    if choice == len(_RESPELLINGS) - 1:
+        return re.sub(r",(\d+)\]\}\}", r",\1,\1]}}", text)
+    if choice in _LAST_END:  # spellings int() takes and JSON does not, on the last end
+        return re.sub(r",(\d)(\d*)\]\}\}", _LAST_END[choice], text)
+    old, new = _RESPELLINGS[choice]
+    return text.replace(old, new, 1)
 
 
 def tensor_bytes(dtype, shape):

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from itertools import groupby
 from operator import itemgetter, methodcaller
 from operator import sub as minus
 
@@ -40,16 +39,6 @@ from .quant import Quantization, detect_quantization
 from .source import ModelSource, gc_paused
 from .units import index_ranges
 
-_FIRST = itemgetter(0)
-_THIRD = itemgetter(2)
-_REST_ENTRY = itemgetter(1, 2)
-_LAYER_KEY = methodcaller("group", 1, 2)
-_REST = methodcaller("group", 3)
-_SECOND = itemgetter(1)
-_DTYPE = itemgetter(1)
-_SHAPE = itemgetter(2)
-_BEGIN = itemgetter(3)
-_END = itemgetter(4)
 
 # ---------------------------------------------------------------------------------------
 SCALE_SUFFIXES = (
@@ -479,33 +468,34 @@ def _build_inventory(source: ModelSource) -> Inventory:
     stack_of = {st.submodel: st for st in stacks}
 
     # --- assign tensors
-    layer_tensors: dict[tuple[str, int], list] = {}  # (submodel, stored idx) -> [(rest, info)]
+    # A layer's tensors are (almost always) adjacent in a header, so each header is cut into
+    # runs of one layer key (see _layer_runs) and a run moves into its layer as column
+    # slices; Python runs once per run, not per tensor.
+    layer_tensors: dict[tuple[str, int], _Columns] = {}  # (submodel, stored idx) -> columns
     layer_prefix: dict[tuple[str, int], str] = {}
-    leftovers: list = []
+    leftovers = _Columns()
     text_depth = depth.get("text")
     absolute_mtp = fam.mtp is not None and fam.mtp.style == "absolute" and text_depth is not None
     match = splitter.match
     sub_of_prefix = {p: ("mtp" if p in mtp_prefixes else prefix_owner[p].submodel) for p in all_prefixes}
-    # Names of one layer are (almost always) adjacent in a header, so the per-tensor work
-    # runs as C-level map/groupby and Python only runs once per run of one layer.
+    # With nested prefixes ("a.layers." inside "a.layers.3.b.layers.") a run's leading text is
+    # not enough: every name is matched on its own.
+    nested = any(a != b and a.startswith(b) for a in all_prefixes for b in all_prefixes)
     for header in source.shards.values():
-        ms = list(map(match, header.names))
-        keys = map(_LAYER_KEY, ms)
-        rests = map(_REST, ms)
-        for (prefix, idx_s), run in groupby(zip(keys, rests, header.entries()), key=_FIRST):
+        for prefix, idx_s, start, stop in _layer_runs(header.names, match, nested):
             if prefix is None:
-                leftovers.extend(map(_THIRD, run))
-                continue
-            idx = int(idx_s)
-            sub = sub_of_prefix[prefix]
-            if absolute_mtp and sub == "text" and idx >= text_depth:
-                sub = "mtp"
-            key = (sub, idx)
-            bucket = layer_tensors.get(key)
-            if bucket is None:
-                bucket = layer_tensors[key] = []
-                layer_prefix[key] = prefix
-            bucket.extend(map(_REST_ENTRY, run))
+                leftovers.add(header, start, stop, None)
+            else:
+                idx = int(idx_s)
+                sub = sub_of_prefix[prefix]
+                if absolute_mtp and sub == "text" and idx >= text_depth:
+                    sub = "mtp"
+                key = (sub, idx)
+                bucket = layer_tensors.get(key)
+                if bucket is None:
+                    bucket = layer_tensors[key] = _Columns()
+                    layer_prefix[key] = prefix
+                bucket.add(header, start, stop, len(prefix) + len(idx_s) + 1)
     if any(k[0] == "mtp" for k in layer_tensors):
         submodels.setdefault("mtp", Submodel("mtp", "MTP / draft heads", "", mtp_n))
 
@@ -513,7 +503,7 @@ def _build_inventory(source: ModelSource) -> Inventory:
     shared_parts: dict[tuple[str, str], Part] = {}
     unassigned: list[str] = []
     mtp_shared = fam.mtp.shared_prefixes if fam.mtp and fam.mtp.style == "relative" else ()
-    for name, _, _, begin, end in leftovers:
+    for name, begin, end in zip(leftovers.names, leftovers.begins, leftovers.ends):
         label = None
         owner = "shared"
         for p in mtp_shared:
@@ -541,15 +531,15 @@ def _build_inventory(source: ModelSource) -> Inventory:
         submodels.setdefault("mtp", Submodel("mtp", "MTP / draft heads", "", mtp_n))
 
     # --- build layers (layers with the same tensor set share one analysis)
-    memo: dict = {}
-    for (sub, stored), items in sorted(layer_tensors.items(), key=lambda kv: (kv[0][0], kv[0][1])):
+    memo: list[_Analysed] = []
+    for (sub, stored), columns in sorted(layer_tensors.items(), key=lambda kv: (kv[0][0], kv[0][1])):
         sm = submodels[sub]
         prefix = layer_prefix[(sub, stored)]
         if sub == "mtp" and fam.mtp is not None and fam.mtp.style == "absolute":
             index = stored - (text_depth or 0)
         else:
             index = stored
-        layer = _make_layer(fam, stack_of.get(sub), st_cfg.get(sub, text_cfg), sub, index, stored, prefix, items, quantized, memo)
+        layer = _make_layer(fam, stack_of.get(sub), st_cfg.get(sub, text_cfg), sub, index, stored, prefix, columns, quantized, memo)
         sm.layers.append(layer)
 
     # Layers the config declares but the checkpoint lacks (config-only directories) are still
@@ -575,7 +565,7 @@ def _build_inventory(source: ModelSource) -> Inventory:
                 if i not in have:
                     stored = i + (text_depth or 0) if sub == "mtp" and fam.mtp and fam.mtp.style == "absolute" else i
                     prefix = (st.prefixes[0] if st else (fam.mtp.prefixes[0] if fam.mtp and fam.mtp.prefixes else (text_stack.prefixes[0] if text_stack else "layers.")))
-                    sm.layers.append(_make_layer(fam, st, cfg, sub, i, stored, prefix, [], quantized, memo))
+                    sm.layers.append(_make_layer(fam, st, cfg, sub, i, stored, prefix, _Columns(), quantized, memo))
             sm.layers.sort(key=lambda l: l.index)
     mtp_sm = submodels.get("mtp")
     if mtp_sm is not None and source.shards:
@@ -682,25 +672,98 @@ def _analyse_tensors(rests: tuple[str, ...], dtypes: tuple[str, ...], shapes: tu
     return t_att, t_mlp, t_exp, special, tuple(sorted(weight_dtypes)), scales, list(unquant)
 
 
-def _make_layer(fam, stack, cfg, sub, index, stored, prefix, items, quantized, memo) -> Layer:
-    """``items``: [(rest, (name, dtype, shape, begin, end))] of one layer."""
-    rests = tuple(map(_FIRST, items))
-    entries = list(map(_SECOND, items))
-    dtypes = tuple(map(_DTYPE, entries))
-    shapes = tuple(map(tuple, map(_SHAPE, entries)))
-    key = (rests, dtypes, shapes)
-    analysed = memo.get(key)
+def _layer_runs(names: list[str], match, nested: bool):
+    """Yield ``(prefix, index text, start, stop)`` for each run of names with one layer key
+    (prefix None: names outside any layer stack).
+
+    The key of a run's first name comes from the splitter regex; the run then extends while
+    names start with the same ``<prefix><i>.``, tested a block at a time at C speed with a
+    doubling block size, so the work per name is one ``startswith``."""
+    n = len(names)
+    start = 0
+    while start < n:
+        prefix, idx_s = match(names[start]).group(1, 2)
+        stop = start + 1
+        if prefix is None or nested:
+            while stop < n and match(names[stop]).group(1, 2) == (prefix, idx_s):
+                stop += 1
+        else:
+            leads = methodcaller("startswith", f"{prefix}{idx_s}.")
+            step = 1
+            while stop < n:
+                block = list(map(leads, names[stop : stop + step]))
+                if False in block:
+                    stop += block.index(False)
+                    break
+                stop += len(block)
+                step *= 2
+        yield prefix, idx_s, start, stop
+        start = stop
+
+
+class _Columns:
+    """One layer's tensors (or the non-layer ones) as columns gathered from header slices."""
+
+    __slots__ = ("names", "cut", "dtypes", "shapes", "begins", "ends")
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+        self.cut = 0  # len("<prefix><i>."): a name's rest is name[cut:]
+        self.dtypes: list[str] = []
+        self.shapes: list = []
+        self.begins: list[int] = []
+        self.ends: list[int] = []
+
+    def add(self, header, start: int, stop: int, cut: int | None) -> None:
+        self.names += header.names[start:stop]
+        self.cut = cut or 0
+        self.dtypes += header.dtypes[start:stop]
+        self.shapes += header.shapes[start:stop]
+        self.begins += header.begins[start:stop]
+        self.ends += header.ends[start:stop]
+
+
+class _Analysed:
+    """A layer's tensor analysis, reused for every layer with the same names after the layer
+    prefix, dtypes and shapes (then bytes are equal too)."""
+
+    __slots__ = ("rests", "rest_chars", "dtypes", "shapes", "result")
+
+    def __init__(self, rests, dtypes, shapes, result) -> None:
+        self.rests = rests
+        self.rest_chars = sum(map(len, rests))
+        self.dtypes = dtypes
+        self.shapes = shapes
+        self.result = result
+
+    def fits(self, columns: _Columns) -> bool:
+        names = columns.names
+        # every name starts with its layer's "<prefix><i>."; name == that + rest exactly when
+        # it ends with the rest and the lengths add up. No per-name strings are made.
+        return (
+            len(names) == len(self.rests)
+            and columns.dtypes == self.dtypes
+            and columns.shapes == self.shapes
+            and sum(map(len, names)) == self.rest_chars + columns.cut * len(names)
+            and all(map(str.endswith, names, self.rests))
+        )
+
+
+def _make_layer(fam, stack, cfg, sub, index, stored, prefix, columns: _Columns, quantized, memo: list) -> Layer:
+    analysed = next((a.result for a in memo if a.fits(columns)), None)
     if analysed is None:
-        # equal names, dtypes and shapes mean equal sizes too: bytes are memoised with kinds
-        sizes = list(map(minus, map(_END, entries), map(_BEGIN, entries)))
+        rests = tuple(map(itemgetter(slice(columns.cut, None)), columns.names))
+        dtypes = tuple(columns.dtypes)
+        shapes = tuple(map(tuple, columns.shapes))
+        sizes = list(map(minus, columns.ends, columns.begins))
         dtype_bytes: dict[str, int] = {}
         for dtype, n in zip(dtypes, sizes):
             dtype_bytes[dtype] = dtype_bytes.get(dtype, 0) + n
-        if items:
+        if rests:
             analysed = _analyse_tensors(rests, dtypes, shapes, quantized) + (sum(sizes), dtype_bytes)
         else:
             analysed = (None, None, None, (), (), 0, [], 0, {})
-        memo[key] = analysed
+        memo.append(_Analysed(rests, columns.dtypes, columns.shapes, analysed))
     t_att, t_mlp, t_exp, special, weight_dtypes, scales, unquant, nbytes, dtype_bytes = analysed
     dtype_bytes = dict(dtype_bytes)
     if sub == "mtp" and fam.mtp is not None:
@@ -733,7 +796,7 @@ def _make_layer(fam, stack, cfg, sub, index, stored, prefix, items, quantized, m
         stored_index=stored,
         prefix=prefix,
         kind=kind,
-        tensors=list(map(_FIRST, entries)),
+        tensors=columns.names,
         nbytes=nbytes,
         dtype_bytes=dtype_bytes,
         scale_tensors=scales,

@@ -13,9 +13,9 @@ from __future__ import annotations
 import json
 import os
 import re
-from itertools import chain, repeat
+from itertools import accumulate, chain, repeat
 from math import prod
-from operator import itemgetter, mul, sub
+from operator import getitem, itemgetter, mul, sub
 from pathlib import Path
 from typing import NamedTuple
 
@@ -88,7 +88,7 @@ class SafetensorsHeader:
         self.metadata = metadata
         self.names: list[str] = names
         self.dtypes: list[str] = dtypes
-        self.shapes: list[list[int]] = shapes
+        self.shapes: list = shapes  # tuples (canonical path, shared per distinct shape) or lists
         self.begins: list[int] = begins
         self.ends: list[int] = ends
         self._tensors: dict[str, TensorInfo] | None = None
@@ -146,6 +146,9 @@ def parse_header_bytes(path: str | Path, raw: bytes, file_size: int) -> Safetens
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         _fail(path, f"header is not valid UTF-8 ({exc.reason} at byte {exc.start})")
+    canonical = _parse_canonical(path, raw, text, len(raw), file_size)
+    if canonical is not None:
+        return canonical
     try:
         obj = json.loads(text)
     except ValueError as exc:
@@ -158,12 +161,148 @@ def parse_header_bytes(path: str | Path, raw: bytes, file_size: int) -> Safetens
     return _parse_exact(path, text, len(raw), file_size)
 
 
+# The common case, in one ``str.split('"')``: an entry exactly as the reference writer (and
+# ``json.dumps(..., separators=(",", ":"))``) spells it,
+#   "NAME":{"dtype":"DT","shape":[S],"data_offsets":[B,E]},
+# splits into ten pieces: NAME ':{' 'dtype' ':' DT ',' 'shape' ':[S],' 'data_offsets' ':[B,E]},'
+_PIECES = 10
+_CONSTANT_PIECES = ((1, ":{"), (2, "dtype"), (3, ":"), (5, ","), (6, "shape"), (8, "data_offsets"))
+_SHAPE_PIECE = re.compile(r":\[((?:0|[1-9][0-9]*)(?:,(?:0|[1-9][0-9]*))*)?\],")
+_CONTROL_BYTES = bytes(range(32))
+_JSON_SPACE = " \t\n\r"
+
+
+class _NotCanonical(Exception):
+    pass
+
+
+class _ShapeSizes(dict):
+    """shape piece -> bytes for one dtype, validated once per distinct shape (a checkpoint
+    has few); ``shapes`` (shared by all dtypes) collects piece -> shape tuple."""
+
+    def __init__(self, bits: int, shapes: dict) -> None:
+        super().__init__()
+        self.bits = bits
+        self.shapes = shapes
+
+    def __missing__(self, piece):
+        m = _SHAPE_PIECE.fullmatch(piece)
+        if m is None:
+            raise _NotCanonical
+        dims = tuple(map(int, m.group(1).split(","))) if m.group(1) else ()
+        nbits = prod(dims) * self.bits
+        if nbits % 8:
+            raise _NotCanonical
+        self.shapes[piece] = dims
+        self[piece] = nbits // 8
+        return nbits // 8
+
+
+class _SizesByDtype(dict):
+    def __init__(self) -> None:
+        super().__init__()
+        self.shapes: dict = {}
+
+    def __missing__(self, dtype):
+        self[dtype] = sizes = _ShapeSizes(DTYPE_BITS[dtype], self.shapes)
+        return sizes
+
+
+_DTYPE_NAMES = {name: name for name in DTYPE_BITS}
+
+
+def _parse_canonical(path, raw, text, header_size, file_size):
+    """Validate and columnise a canonically written header without building a JSON tree.
+
+    Every character is accounted for: the constant pieces are compared exactly, names hold
+    no escape or control character, shapes and offsets are plain non-negative integers
+    without leading zeros, and the offsets must chain from 0 in header order to the end of
+    the file with each range as long as its shape says. Anything else (other key orders or
+    spacing, escapes, duplicates, metadata elsewhere than first, tensors not laid out in
+    header order, any broken rule) returns None and the JSON paths decide.
+    """
+    if "\\" in text or (len(raw.translate(None, _CONTROL_BYTES)) != len(raw) if text.isascii() else not text.isprintable()):
+        return None
+    p = text.split('"')
+    if p[0] != "{" or len(p) < 1 + _PIECES:
+        return None
+    start = 1
+    metadata = None
+    if p[1] == "__metadata__":
+        close = text.find("}")
+        try:
+            meta_obj = json.loads(text[: close + 1] + "}")
+        except ValueError:
+            return None
+        metadata = meta_obj.get("__metadata__")
+        if type(metadata) is not dict or not all(type(v) is str for v in metadata.values()):
+            return None
+        start = text.count('"', 0, close) + 1
+        if p[start - 1] != "},":
+            return None
+    n, left = divmod(len(p) - start, _PIECES)
+    if left or n == 0:
+        return None
+    for offset, piece in _CONSTANT_PIECES:
+        if p[start + offset :: _PIECES] != [piece] * n:
+            return None
+    names = p[start::_PIECES]
+    try:
+        # the format's own dtype strings, shared: no per-entry copy stays alive
+        dtypes = list(map(_DTYPE_NAMES.__getitem__, p[start + 4 :: _PIECES]))
+    except KeyError:
+        return None
+    shape_pieces = p[start + 7 :: _PIECES]
+    offset_pieces = p[start + 9 :: _PIECES]
+    name_set = set(names)
+    if len(name_set) != n or "__metadata__" in name_set:
+        return None
+    sizes_of = _SizesByDtype()
+    try:
+        sizes = list(map(getitem, map(sizes_of.__getitem__, dtypes), shape_pieces))
+    except _NotCanonical:
+        return None
+    last = offset_pieces[-1].rstrip(_JSON_SPACE)
+    if not last.endswith("}}"):
+        return None
+    offset_pieces[-1] = last[:-1] + ","
+    joined = "".join(offset_pieces)  # ":[B,E]},:[B,E]},..."
+    if not (joined.startswith(":[0,") and joined.endswith("]},")):
+        return None
+    numbers = joined[2:-3].replace("]},:[", ",")  # "B,E,B,E,..."
+    # int() also takes "+1", "1_0" and other scripts' digits, which JSON does not (spaces
+    # and signs JSON allows, and a negative end cannot match the sizes' running sum).
+    # No leading zeros: only the first number, the first begin, may be 0.
+    if not numbers.isascii() or "+" in numbers or "_" in numbers or ",0" in numbers:
+        return None
+    flat = numbers.split(",")
+    if len(flat) != 2 * n:
+        return None
+    try:
+        ends = list(map(int, flat[1::2]))
+    except ValueError:
+        return None
+    if ends != list(accumulate(sizes)) or flat[2::2] != flat[1:-1:2] or ends[-1] != file_size - 8 - header_size:
+        return None
+    begins = [0]
+    begins += ends[:-1]
+    shapes = list(map(sizes_of.shapes.__getitem__, shape_pieces))
+    return SafetensorsHeader(path, header_size, file_size, metadata, names, dtypes, shapes, begins, ends)
+
+
 def _parse_fast(path, text, obj, header_size, file_size):
     """Return the header, or None when anything needs the exact path's scrutiny."""
-    # Duplicate keys vanish in json.loads; every entry has exactly one "dtype" key, so a
-    # count mismatch (or a name that mentions it) defers to the exact path.
+    # Duplicate keys vanish in json.loads; every entry has exactly one "dtype", "shape" and
+    # "data_offsets" key and the header at most one "__metadata__", so a count mismatch (or
+    # a name or value spelled like one of them) defers to the exact path.
     metadata = obj.pop("__metadata__", None)
-    if text.count('"dtype"') != len(obj):
+    n = len(obj)
+    if (
+        text.count('"dtype"') != n
+        or text.count('"shape"') != n
+        or text.count('"data_offsets"') != n
+        or text.count('"__metadata__"') > 1
+    ):
         return None
     if metadata is not None and not (
         type(metadata) is dict and all(type(k) is str and type(v) is str for k, v in metadata.items())

@@ -111,7 +111,7 @@ class ModelSource:
 # --------------------------------------------------------------------------------------
 def _load_json(path: Path, what: str) -> object:
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_bytes().decode("utf-8")  # half the time of read_text on a large index
     except FileNotFoundError:
         raise InputError(path, f"{what} not found") from None
     except UnicodeDecodeError as exc:
@@ -236,6 +236,36 @@ def _classify(rel: str, path: Path, auto_map_files: set[str], shard_paths: set[s
     return FileKind.UNKNOWN, ""
 
 
+def _check_index(root: Path, index_path: Path, weight_map: dict, shards: dict) -> None:
+    """The index maps every tensor of every shard to that shard, and nothing else.
+
+    Each shard's names are looked up in the weight map at C speed (one ``map`` per shard);
+    when every one of them points back at its own shard and the counts agree, the map and
+    the shards hold the same names (names are unique within a header, and a name held by two
+    shards points back at only one of them). Details are worked out only on failure."""
+    held = 0
+    for rel, header in shards.items():
+        held += len(header.names)
+        if header.names and set(map(weight_map.get, header.names)) != {rel}:
+            for tname in header.names:
+                owner = weight_map.get(tname)
+                if owner == rel:
+                    continue
+                if owner is None:
+                    raise IndexConsistencyError(
+                        root / rel, f"tensor {tname!r} is in the shard but not in the index weight_map"
+                    )
+                if tname in shards[owner].names:
+                    raise InputError(root / rel, f"tensor {tname!r} also appears in {owner} (duplicate across shards)")
+                raise IndexConsistencyError(
+                    index_path, f"tensor {tname!r} is mapped to {owner} but that shard does not hold it (it is in {rel})"
+                )
+    if held != len(weight_map):
+        for tname, rel in weight_map.items():
+            if tname not in shards[rel].tensors:
+                raise IndexConsistencyError(index_path, f"tensor {tname!r} is mapped to {rel} but that shard does not hold it")
+
+
 def _safe_relpath(root: Path, rel: str, index_path: Path) -> str:
     """An index entry must name a file inside the model directory."""
     p = PurePosixPath(rel)
@@ -322,34 +352,21 @@ def _open_source(root: Path) -> ModelSource:
             raise IndexConsistencyError(index_path, f"shard {rel!r} listed in the index is missing")
         shards[rel] = read_header(p)
 
-    tensor_shard: dict[str, str] = {}
-    for rel, header in shards.items():
-        before = len(tensor_shard)
-        tensor_shard.update(dict.fromkeys(header.names, rel))
-        if len(tensor_shard) != before + len(header.names):
-            for tname in header.names:
-                other = tensor_shard[tname]
-                if other != rel:
-                    raise InputError(
-                        root / rel, f"tensor {tname!r} also appears in {other} (duplicate across shards)"
-                    )
-
-    if index is not None:
-        if weight_map != tensor_shard:  # one C-level comparison; details only on mismatch
-            for tname, rel in weight_map.items():
-                if tensor_shard.get(tname) != rel:
-                    where = tensor_shard.get(tname)
-                    hint = f" (it is in {where})" if where else ""
-                    raise IndexConsistencyError(
-                        index_path,
-                        f"tensor {tname!r} is mapped to {rel} but that shard does not hold it{hint}",
-                    )
-            extra = [t for t in tensor_shard if t not in weight_map]
-            raise IndexConsistencyError(
-                root / tensor_shard[extra[0]],
-                f"tensor {extra[0]!r} is in the shard but not in the index weight_map"
-                + (f" ({len(extra) - 1} more)" if len(extra) > 1 else ""),
-            )
+    if index is None:
+        tensor_shard = {}
+        for rel, header in shards.items():
+            before = len(tensor_shard)
+            tensor_shard.update(dict.fromkeys(header.names, rel))
+            if len(tensor_shard) != before + len(header.names):
+                for tname in header.names:
+                    other = tensor_shard[tname]
+                    if other != rel:
+                        raise InputError(
+                            root / rel, f"tensor {tname!r} also appears in {other} (duplicate across shards)"
+                        )
+    else:
+        _check_index(root, index_path, weight_map, shards)
+        tensor_shard = weight_map  # proven equal to the shards' contents, name for name
         meta = index.get("metadata")
         total = meta.get("total_size") if isinstance(meta, dict) else None
         actual = sum(h.data_bytes for h in shards.values())
