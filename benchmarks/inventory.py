@@ -63,14 +63,17 @@ def mxtrim_inventory(root: Path) -> int:
     return inv.total_tensors
 
 
-def measure(fn, root, repeat):
-    fn(root)  # warm-up (page cache, imports)
-    times = []
+def measure_interleaved(fns, root, repeat):
+    """Round-robin over the methods so that machine noise hits them alike (this VM's timings
+    drift by up to 2x over seconds); best and median per method."""
+    results = {name: fn(root) for name, fn in fns}  # warm-up (page cache, imports)
+    times: dict[str, list[float]] = {name: [] for name, _ in fns}
     for _ in range(repeat):
-        t0 = time.perf_counter()
-        result = fn(root)
-        times.append(time.perf_counter() - t0)
-    return min(times), statistics.median(times), result
+        for name, fn in fns:
+            t0 = time.perf_counter()
+            fn(root)
+            times[name].append(time.perf_counter() - t0)
+    return [(name, min(times[name]), statistics.median(times[name]), results[name]) for name, _ in fns]
 
 
 def main() -> None:
@@ -83,14 +86,20 @@ def main() -> None:
     disk = sum(p.stat().st_blocks * 512 for p in root.iterdir() if p.is_file())
     logical = sum(p.stat().st_size for p in root.iterdir() if p.is_file())
     print(f"checkpoint: {root}  shards={shards}  logical={logical / 2**30:.1f} GiB  on disk={disk / 2**20:.1f} MiB")
-    rows = []
-    for name, fn in (("json-loop (baseline)", json_loop), ("safe_open", safe_open_loop), ("mxtrim inventory", mxtrim_inventory)):
-        best, med, n = measure(fn, root, args.repeat)
-        rows.append((name, best, med, n))
+    rows = measure_interleaved(
+        (
+            ("json-loop (baseline)", json_loop),
+            ("safe_open", safe_open_loop),
+            ("mxtrim inventory", mxtrim_inventory),
+        ),
+        root,
+        args.repeat,
+    )
     base = rows[0][1]
-    print(f"{'method':24} {'best s':>8} {'median s':>9} {'tensors':>8} {'× baseline':>11}")
+    base_median = rows[0][2]
+    print(f"{'method':24} {'best s':>8} {'median s':>9} {'tensors':>8} {'× best':>7} {'× median':>9}")
     for name, best, med, n in rows:
-        print(f"{name:24} {best:8.3f} {med:9.3f} {n:8d} {best / base:11.2f}")
+        print(f"{name:24} {best:8.3f} {med:9.3f} {n:8d} {best / base:7.2f} {med / base_median:9.2f}")
 
 
 if __name__ == "__main__":

@@ -46,7 +46,7 @@ def render_inventory(inv: Inventory, console: Console) -> None:
     head.add_row(
         "weights",
         f"{human_bytes(inv.total_bytes)} ({inv.total_bytes:,} B) in {inv.total_tensors:,} tensors, "
-        f"{len(src.shards)} shard(s){' + index' if src.index is not None else ''}",
+        f"{len(src.shards)} shard(s){' + index' if src.index_file is not None else ''}",
     )
     head.add_row("quantization", inv.quantization.summary() + f" [dim]from {inv.quantization.location}[/]" if inv.quantization else "none")
     console.print(Panel(head, title=f"[b]{src.root}[/]", expand=False))

@@ -55,7 +55,7 @@ def test_reads_sharded_checkpoint_and_classifies_files(tmp_path):
     (root / "notes.xyz").write_text("?")
     src = open_source(root)
     kinds = {f.path: f.kind for f in src.files}
-    assert len(src.shards) == 3 and src.index is not None
+    assert len(src.shards) == 3 and src.index_file is not None
     assert src.tensor_count == 19
     assert kinds["tokenizer.json"] is FileKind.TOKENIZER
     assert kinds["tokenizer_config.json"] is FileKind.TOKENIZER_CONFIG
@@ -149,7 +149,7 @@ def test_unindexed_single_file_and_stray_files(tmp_path):
     root = small_llama(tmp_path, shards=1)
     assert (root / "model.safetensors").exists()
     src = open_source(root)
-    assert src.index is None and list(src.shards) == ["model.safetensors"]
+    assert src.index_file is None and list(src.shards) == ["model.safetensors"]
 
 
 def test_stray_safetensors_next_to_index_is_reported(tmp_path):
@@ -234,3 +234,15 @@ def test_source_is_never_modified(tmp_path):
     open_source(root)
     after = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in root.rglob("*") if p.is_file()}
     assert before == after
+
+
+def test_a_stray_copy_beside_the_shards_is_never_an_error(tmp_path):
+    """A corrupt file the index does not name ("consolidated.safetensors", or a leftover
+    numbered shard) is not read as a shard; it is listed, with a warning."""
+    root = small_llama(tmp_path)
+    (root / "consolidated.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not a header}")
+    (root / "model-00009-of-00009.safetensors").write_bytes(b"\xff" * 16)
+    src = open_source(root)
+    assert sorted(src.shards) == [f"model-0000{i}-of-00003.safetensors" for i in (1, 2, 3)]
+    assert any("consolidated.safetensors" in w and "not referenced" in w for w in src.warnings)
+    assert src.tensor_count == 19 and src.tensor_shard["lm_head.weight"] in src.shards

@@ -428,8 +428,7 @@ def _build_inventory(source: ModelSource) -> Inventory:
     config = source.config
     fam = family_for(config)
     warnings: list[str] = []
-    names = source.tensor_shard  # iterated for names only
-    stacks = fam.stacks or _generic_stacks(names)
+    stacks = fam.stacks or _generic_stacks(n for h in source.shards.values() for n in h.names)
 
     # text config (for MTP count and absolute-MTP depth)
     text_stack = next((s for s in stacks if s.submodel == "text"), None)
@@ -444,7 +443,7 @@ def _build_inventory(source: ModelSource) -> Inventory:
         for p in st.prefixes:
             prefix_owner.setdefault(p, st)
     mtp_prefixes = fam.mtp.prefixes if fam.mtp and fam.mtp.style == "relative" else ()
-    if not fam.stacks and mtp_n and any(n.startswith("mtp.layers.") for n in names):
+    if not fam.stacks and mtp_n and _any_name_starts(source, ("mtp.layers.",)):
         mtp_prefixes = ("mtp.layers.",)
     all_prefixes = sorted(set(prefix_owner) | set(mtp_prefixes), key=len, reverse=True)
     alternation = "|".join(re.escape(p) for p in all_prefixes) if all_prefixes else r"(?!x)x"
@@ -463,7 +462,7 @@ def _build_inventory(source: ModelSource) -> Inventory:
         depth[st.submodel] = _declared_depth(cfg, st)
         role = {"text": "text backbone", "vision": "vision tower", "audio": "audio encoder"}.get(st.submodel, "layer stack")
         submodels[st.submodel] = Submodel(st.submodel, role, path, depth[st.submodel])
-    if fam.mtp is not None and (mtp_n or any(n.startswith(fam.mtp.shared_prefixes or ("\0",)) for n in names)):
+    if fam.mtp is not None and (mtp_n or _any_name_starts(source, fam.mtp.shared_prefixes)):
         submodels["mtp"] = Submodel("mtp", "MTP / draft heads", "", mtp_n)
     stack_of = {st.submodel: st for st in stacks}
 
@@ -670,6 +669,11 @@ def _analyse_tensors(rests: tuple[str, ...], dtypes: tuple[str, ...], shapes: tu
             if quantized and dtype in ("BF16", "F16", "F32"):
                 unquant[_collapse_module(rest)] = None
     return t_att, t_mlp, t_exp, special, tuple(sorted(weight_dtypes)), scales, list(unquant)
+
+
+def _any_name_starts(source: ModelSource, prefixes: tuple[str, ...]) -> bool:
+    test = methodcaller("startswith", prefixes)
+    return bool(prefixes) and any(any(map(test, h.names)) for h in source.shards.values())
 
 
 def _layer_runs(names: list[str], match, nested: bool):

@@ -24,7 +24,7 @@ def inventory_to_json(inv: Inventory, *, with_tensors: bool = False) -> dict:
             "tensors": inv.total_tensors,
             "bytes": inv.total_bytes,
             "shards": len(src.shards),
-            "indexed": src.index is not None,
+            "indexed": src.index_file is not None,
         },
         "submodels": [
             {

@@ -211,19 +211,9 @@ class _SizesByDtype(dict):
 _DTYPE_NAMES = {name: name for name in DTYPE_BITS}
 
 
-def _parse_canonical(path, raw, text, header_size, file_size):
-    """Validate and columnise a canonically written header without building a JSON tree.
-
-    Every character is accounted for: the constant pieces are compared exactly, names hold
-    no escape or control character, shapes and offsets are plain non-negative integers
-    without leading zeros, and the offsets must chain from 0 in header order to the end of
-    the file with each range as long as its shape says. Anything else (other key orders or
-    spacing, escapes, duplicates, metadata elsewhere than first, tensors not laid out in
-    header order, any broken rule) returns None and the JSON paths decide.
-    """
-    if "\\" in text or (len(raw.translate(None, _CONTROL_BYTES)) != len(raw) if text.isascii() else not text.isprintable()):
-        return None
-    p = text.split('"')
+def _entries_start(text: str, p: list[str]):
+    """(index of the first entry's name in ``p``, metadata) for a compact header whose
+    pieces come in whole entries, else None."""
     if p[0] != "{" or len(p) < 1 + _PIECES:
         return None
     start = 1
@@ -240,9 +230,29 @@ def _parse_canonical(path, raw, text, header_size, file_size):
         start = text.count('"', 0, close) + 1
         if p[start - 1] != "},":
             return None
-    n, left = divmod(len(p) - start, _PIECES)
-    if left or n == 0:
+    if (len(p) - start) % _PIECES:
         return None
+    return start, metadata
+
+
+def _parse_canonical(path, raw, text, header_size, file_size):
+    """Validate and columnise a canonically written header without building a JSON tree.
+
+    Every character is accounted for: the constant pieces are compared exactly, names hold
+    no escape or control character, shapes and offsets are plain non-negative integers
+    without leading zeros, and the offsets must chain from 0 in header order to the end of
+    the file with each range as long as its shape says. Anything else (other key orders or
+    spacing, escapes, duplicates, metadata elsewhere than first, tensors not laid out in
+    header order, any broken rule) returns None and the JSON paths decide.
+    """
+    if "\\" in text or (len(raw.translate(None, _CONTROL_BYTES)) != len(raw) if text.isascii() else not text.isprintable()):
+        return None
+    p = text.split('"')
+    entries = _entries_start(text, p)
+    if entries is None:
+        return None
+    start, metadata = entries
+    n = (len(p) - start) // _PIECES
     for offset, piece in _CONSTANT_PIECES:
         if p[start + offset :: _PIECES] != [piece] * n:
             return None

@@ -68,11 +68,21 @@ class ModelSource:
     config: dict
     nested_configs: dict[str, dict]
     side_quant_configs: dict[str, dict]
-    index: dict | None
+    index_file: str | None  # the index's name when there is one (checked against the shards)
     shards: dict[str, SafetensorsHeader]  # relative shard path -> header
-    tensor_shard: dict[str, str]  # tensor name -> relative shard path
     files: list[SourceFile]
     warnings: list[str] = field(default_factory=list)
+    _tensor_shard: dict[str, str] | None = field(default=None, repr=False)
+
+    @property
+    def tensor_shard(self) -> dict[str, str]:
+        """Tensor name -> relative shard path (built on first use when not already at hand)."""
+        if self._tensor_shard is None:
+            mapping: dict[str, str] = {}
+            for rel, header in self.shards.items():
+                mapping.update(dict.fromkeys(header.names, rel))
+            self._tensor_shard = mapping
+        return self._tensor_shard
 
     # --- convenience -------------------------------------------------------------
     def tensor(self, name: str) -> TensorInfo:
@@ -84,7 +94,7 @@ class ModelSource:
 
     @property
     def tensor_count(self) -> int:
-        return len(self.tensor_shard)
+        return sum(len(h.names) for h in self.shards.values())
 
     @property
     def tensor_bytes(self) -> int:
@@ -236,8 +246,51 @@ def _classify(rel: str, path: Path, auto_map_files: set[str], shard_paths: set[s
     return FileKind.UNKNOWN, ""
 
 
-def _check_index(root: Path, index_path: Path, weight_map: dict, shards: dict) -> None:
-    """The index maps every tensor of every shard to that shard, and nothing else.
+def _tensor_shard_without_index(root: Path, shards: dict) -> dict[str, str]:
+    tensor_shard: dict[str, str] = {}
+    for rel, header in shards.items():
+        before = len(tensor_shard)
+        tensor_shard.update(dict.fromkeys(header.names, rel))
+        if len(tensor_shard) != before + len(header.names):
+            for tname in header.names:
+                other = tensor_shard[tname]
+                if other != rel:
+                    raise InputError(root / rel, f"tensor {tname!r} also appears in {other} (duplicate across shards)")
+    return tensor_shard
+
+
+def _read_index(root: Path, index_path: Path) -> tuple[dict, dict, list[str]]:
+    """The index document, its weight map (shard paths normalised) and the shards it names."""
+    index = _load_json(index_path, INDEX_NAME)
+    if not isinstance(index, dict) or not isinstance(index.get("weight_map"), dict):
+        raise IndexConsistencyError(index_path, "index has no weight_map object")
+    weight_map = index["weight_map"]
+    safe_names = {}
+    for rel in set(weight_map.values()):
+        if not isinstance(rel, str):
+            bad = next(t for t, r in weight_map.items() if r == rel)
+            raise IndexConsistencyError(index_path, f"weight_map entry {bad!r} is not a file name")
+        safe_names[rel] = _safe_relpath(root, rel, index_path)
+    if any(k != v for k, v in safe_names.items()):  # normalise "./x" style names
+        weight_map = {t: safe_names[r] for t, r in weight_map.items()}
+    return index, weight_map, sorted(set(weight_map.values()))
+
+
+def _read_shards(root: Path, index_path: Path, shard_names: list[str]) -> dict[str, SafetensorsHeader]:
+    shards = {}
+    for rel in shard_names:
+        p = root / rel
+        if not p.exists():
+            if p.is_symlink():
+                raise InputError(p, f"shard is a broken symlink (-> {os.readlink(p)})")
+            raise IndexConsistencyError(index_path, f"shard {rel!r} listed in the index is missing")
+        shards[rel] = read_header(p)
+    return shards
+
+
+def _verify_index(root: Path, index_path: Path, index: dict, weight_map: dict, shards: dict) -> list[str]:
+    """The index maps every tensor of every shard to that shard, and nothing else, and its
+    total_size is the shards' data size. Returns warnings; raises on any disagreement.
 
     Each shard's names are looked up in the weight map at C speed (one ``map`` per shard);
     when every one of them points back at its own shard and the counts agree, the map and
@@ -261,9 +314,21 @@ def _check_index(root: Path, index_path: Path, weight_map: dict, shards: dict) -
                     index_path, f"tensor {tname!r} is mapped to {owner} but that shard does not hold it (it is in {rel})"
                 )
     if held != len(weight_map):
+        held_by = {rel: set(h.names) for rel, h in shards.items()}
         for tname, rel in weight_map.items():
-            if tname not in shards[rel].tensors:
+            if tname not in held_by[rel]:
                 raise IndexConsistencyError(index_path, f"tensor {tname!r} is mapped to {rel} but that shard does not hold it")
+    warnings = []
+    meta = index.get("metadata")
+    total = meta.get("total_size") if isinstance(meta, dict) else None
+    actual = sum(h.data_bytes for h in shards.values())
+    if total is None:
+        warnings.append(f"{INDEX_NAME}: metadata.total_size is missing")
+    elif type(total) is not int:
+        warnings.append(f"{INDEX_NAME}: metadata.total_size is {total!r}, not an integer (ignored)")
+    elif total != actual:
+        raise IndexConsistencyError(index_path, f"metadata.total_size is {total} but the shards hold {actual} tensor bytes")
+    return warnings
 
 
 def _safe_relpath(root: Path, rel: str, index_path: Path) -> str:
@@ -321,63 +386,17 @@ def _open_source(root: Path) -> ModelSource:
             side_quant[name] = obj
 
     # --- shards: from the index when there is one, else every *.safetensors at the top
-    index = None
     index_path = root / INDEX_NAME
-    if index_path.exists():
-        index = _load_json(index_path, INDEX_NAME)
-        if not isinstance(index, dict) or not isinstance(index.get("weight_map"), dict):
-            raise IndexConsistencyError(index_path, "index has no weight_map object")
-        weight_map = index["weight_map"]
-        safe_names = {}
-        for rel in set(weight_map.values()):
-            if not isinstance(rel, str):
-                bad = next(t for t, r in weight_map.items() if r == rel)
-                raise IndexConsistencyError(index_path, f"weight_map entry {bad!r} is not a file name")
-            safe_names[rel] = _safe_relpath(root, rel, index_path)
-        if any(k != v for k, v in safe_names.items()):  # normalise "./x" style names
-            weight_map = {t: safe_names[r] for t, r in weight_map.items()}
-        shard_names = sorted(set(weight_map.values()))
+    if not index_path.exists():
+        index_path = None
+        top_files = sorted(p.name for p in root.iterdir() if p.name.endswith(".safetensors") and p.is_file())
+        shards = {rel: read_header(root / rel) for rel in top_files}
+        tensor_shard = _tensor_shard_without_index(root, shards)
     else:
-        weight_map = {}
-        shard_names = sorted(
-            p.name for p in root.iterdir() if p.name.endswith(".safetensors") and (p.is_file())
-        )
-
-    shards: dict[str, SafetensorsHeader] = {}
-    for rel in shard_names:
-        p = root / rel
-        if not p.exists():
-            if p.is_symlink():
-                raise InputError(p, f"shard is a broken symlink (-> {os.readlink(p)})")
-            raise IndexConsistencyError(index_path, f"shard {rel!r} listed in the index is missing")
-        shards[rel] = read_header(p)
-
-    if index is None:
-        tensor_shard = {}
-        for rel, header in shards.items():
-            before = len(tensor_shard)
-            tensor_shard.update(dict.fromkeys(header.names, rel))
-            if len(tensor_shard) != before + len(header.names):
-                for tname in header.names:
-                    other = tensor_shard[tname]
-                    if other != rel:
-                        raise InputError(
-                            root / rel, f"tensor {tname!r} also appears in {other} (duplicate across shards)"
-                        )
-    else:
-        _check_index(root, index_path, weight_map, shards)
+        index, weight_map, shard_names = _read_index(root, index_path)
+        shards = _read_shards(root, index_path, shard_names)
+        warnings += _verify_index(root, index_path, index, weight_map, shards)
         tensor_shard = weight_map  # proven equal to the shards' contents, name for name
-        meta = index.get("metadata")
-        total = meta.get("total_size") if isinstance(meta, dict) else None
-        actual = sum(h.data_bytes for h in shards.values())
-        if total is None:
-            warnings.append(f"{INDEX_NAME}: metadata.total_size is missing")
-        elif type(total) is not int:
-            warnings.append(f"{INDEX_NAME}: metadata.total_size is {total!r}, not an integer (ignored)")
-        elif total != actual:
-            raise IndexConsistencyError(
-                index_path, f"metadata.total_size is {total} but the shards hold {actual} tensor bytes"
-            )
 
     # --- every file in the directory, classified
     tok_cfg: dict = {}
@@ -420,9 +439,9 @@ def _open_source(root: Path) -> ModelSource:
         config=config,
         nested_configs=nested,
         side_quant_configs=side_quant,
-        index=index,
+        index_file=INDEX_NAME if index_path is not None else None,
         shards=shards,
-        tensor_shard=tensor_shard,
         files=files,
         warnings=warnings,
+        _tensor_shard=tensor_shard,
     )

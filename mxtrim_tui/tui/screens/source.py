@@ -66,7 +66,7 @@ def source_summary(inv) -> Table:
         if src.shards
         else "none (config-only directory)",
     )
-    t.add_row("index", "consistent with the shards" if src.index is not None else ("not needed (one file)" if src.shards else "—"))
+    t.add_row("index", "consistent with the shards" if src.index_file is not None else ("not needed (one file)" if src.shards else "—"))
     t.add_row("quantization", inv.quantization.summary() if inv.quantization else "none")
     kinds: dict[str, int] = {}
     for f in src.files:
