@@ -681,9 +681,12 @@ def _layer_runs(names: list[str], match, nested: bool):
     (prefix None: names outside any layer stack).
 
     The key of a run's first name comes from the splitter regex; the run then extends while
-    names start with the same ``<prefix><i>.``, tested a block at a time at C speed with a
-    doubling block size, so the work per name is one ``startswith``."""
+    names start with the same ``<prefix><i>.``, checked a block at a time with a doubling
+    block size: joined with newlines, a block whose names all start with the lead holds
+    "\\n<lead>" once per name (one C-level join and count; names holding a newline, which
+    only an escape in the header can produce, are checked one ``startswith`` each)."""
     n = len(names)
+    joinable = "\n" not in "".join(names)
     start = 0
     while start < n:
         prefix, idx_s = match(names[start]).group(1, 2)
@@ -692,12 +695,18 @@ def _layer_runs(names: list[str], match, nested: bool):
             while stop < n and match(names[stop]).group(1, 2) == (prefix, idx_s):
                 stop += 1
         else:
-            leads = methodcaller("startswith", f"{prefix}{idx_s}.")
+            lead = f"{prefix}{idx_s}."
+            line_lead = "\n" + lead
             step = 1
             while stop < n:
-                block = list(map(leads, names[stop : stop + step]))
-                if False in block:
-                    stop += block.index(False)
+                block = names[stop : stop + step]
+                if joinable and ("\n" + "\n".join(block)).count(line_lead) == len(block):
+                    stop += len(block)
+                    step *= 2
+                    continue
+                leads = list(map(methodcaller("startswith", lead), block))
+                if False in leads:
+                    stop += leads.index(False)
                     break
                 stop += len(block)
                 step *= 2

@@ -345,14 +345,21 @@ def _safe_relpath(root: Path, rel: str, index_path: Path) -> str:
 def gc_paused():
     """Pause the cyclic garbage collector while building large acyclic structures.
 
-    Parsing ~92k header entries allocates millions of containers; with the collector on,
-    its generation scans grow with the live heap and cost more than the parsing itself."""
+    Reading ~92k header entries allocates many containers; with the collector on, its scans
+    grow with the live heap and cost more than the reading itself."""
     was_enabled = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
         if was_enabled:
+            # What was built is long-lived and acyclic: promote it to the oldest generation
+            # (two list splices) instead of letting the next young collection walk every
+            # reference in it (~8 ms for a DeepSeek-V3 inventory). Skipped when someone
+            # else keeps objects frozen, which unfreeze() would release.
+            if gc.get_freeze_count() == 0:
+                gc.freeze()
+                gc.unfreeze()
             gc.enable()
 
 
