@@ -82,7 +82,7 @@ class SafetensorsHeader:
     __slots__ = ("path", "header_size", "file_size", "metadata", "names", "dtypes", "shapes", "begins", "ends", "_tensors")
 
     def __init__(self, path, header_size, file_size, metadata, names, dtypes, shapes, begins, ends):
-        self.path = Path(path)
+        self.path = path if isinstance(path, Path) else Path(path)
         self.header_size = header_size
         self.file_size = file_size
         self.metadata = metadata
@@ -209,6 +209,9 @@ class _SizesByDtype(dict):
 
 
 _DTYPE_NAMES = {name: name for name in DTYPE_BITS}
+# Shared by every header read: a checkpoint's shards repeat the same few shapes, and one
+# tuple per distinct shape serves them all.
+_sizes_of = _SizesByDtype()
 
 
 def _entries_start(text: str, p: list[str]):
@@ -267,7 +270,10 @@ def _parse_canonical(path, raw, text, header_size, file_size):
     name_set = set(names)
     if len(name_set) != n or "__metadata__" in name_set:
         return None
-    sizes_of = _SizesByDtype()
+    global _sizes_of
+    if len(_sizes_of.shapes) > 100_000:  # distinct shapes seen by this process: bounded
+        _sizes_of = _SizesByDtype()
+    sizes_of = _sizes_of
     try:
         sizes = list(map(getitem, map(sizes_of.__getitem__, dtypes), shape_pieces))
     except _NotCanonical:

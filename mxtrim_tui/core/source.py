@@ -14,6 +14,7 @@ import os
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import Enum
+from operator import attrgetter
 from pathlib import Path, PurePosixPath
 
 from .errors import IndexConsistencyError, InputError
@@ -152,7 +153,7 @@ def _auto_map_modules(*configs: dict) -> set[str]:
     return names
 
 
-def _looks_like_sentencepiece(path: Path) -> bool:
+def _looks_like_sentencepiece(path: str) -> bool:
     """A SentencePiece ``ModelProto`` starts with field 1 (pieces), wire type 2: byte 0x0A,
     and the first piece is a nested message whose first field is the piece string (0x0A)."""
     try:
@@ -169,9 +170,10 @@ def _looks_like_sentencepiece(path: Path) -> bool:
     return i + 1 < len(head) and head[i + 1] == 0x0A
 
 
-def _classify_json(name: str, path: Path) -> tuple[FileKind, str]:
+def _classify_json(name: str, path: str) -> tuple[FileKind, str]:
     try:
-        obj = json.loads(path.read_text(encoding="utf-8"))
+        with open(path, "rb") as fh:
+            obj = json.loads(fh.read().decode("utf-8"))
     except (OSError, ValueError, UnicodeDecodeError):
         return FileKind.UNKNOWN, "unreadable or not JSON"
     if not isinstance(obj, dict):
@@ -199,7 +201,27 @@ def _classify_json(name: str, path: Path) -> tuple[FileKind, str]:
     return FileKind.UNKNOWN, "JSON of unknown purpose"
 
 
-def _classify(rel: str, path: Path, auto_map_files: set[str], shard_paths: set[str]) -> tuple[FileKind, str]:
+def _walk_files(top: str, prefix: str = ""):
+    """(relative POSIX path, DirEntry) of every file below ``top`` that is not hidden, sorted,
+    a directory's files before its subdirectories; symlinked directories are not entered
+    (as os.walk without followlinks). DirEntry caches what the listing already told."""
+    with os.scandir(top) as listing:
+        entries = sorted((e for e in listing if not e.name.startswith(".")), key=_NAME)
+    subdirs = []
+    for entry in entries:
+        if entry.is_dir():
+            if not entry.is_symlink():
+                subdirs.append(entry)
+        else:
+            yield prefix + entry.name, entry
+    for entry in subdirs:
+        yield from _walk_files(entry.path, prefix + entry.name + "/")
+
+
+_NAME = attrgetter("name")
+
+
+def _classify(rel: str, path: str, auto_map_files: set[str], shard_paths: set[str]) -> tuple[FileKind, str]:
     name = PurePosixPath(rel).name
     lower = name.lower()
     if rel == "config.json":
@@ -415,22 +437,16 @@ def _open_source(root: Path) -> ModelSource:
     auto_map_files = _auto_map_modules(config, tok_cfg, *nested.values())
     files: list[SourceFile] = []
     shard_set = set(shards)
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-        for fname in sorted(filenames):
-            if fname.startswith("."):
-                continue
-            p = Path(dirpath) / fname
-            rel = p.relative_to(root).as_posix()
-            link = os.readlink(p) if p.is_symlink() else None
-            try:
-                size = p.stat().st_size
-            except FileNotFoundError:
-                warnings.append(f"{rel}: broken symlink (-> {link})")
-                files.append(SourceFile(rel, FileKind.UNKNOWN, 0, "broken symlink", link))
-                continue
-            kind, detail = _classify(rel, p, auto_map_files, shard_set)
-            files.append(SourceFile(rel, kind, size, detail, link))
+    for rel, entry in _walk_files(str(root)):
+        link = os.readlink(entry.path) if entry.is_symlink() else None
+        try:
+            size = entry.stat().st_size
+        except FileNotFoundError:
+            warnings.append(f"{rel}: broken symlink (-> {link})")
+            files.append(SourceFile(rel, FileKind.UNKNOWN, 0, "broken symlink", link))
+            continue
+        kind, detail = _classify(rel, entry.path, auto_map_files, shard_set)
+        files.append(SourceFile(rel, kind, size, detail, link))
     for module in sorted(auto_map_files):
         if not (root / module).exists():
             warnings.append(f"auto_map refers to {module}, which is not in the directory")
