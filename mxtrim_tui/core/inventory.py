@@ -13,6 +13,7 @@ reported per layer and in ``warnings``.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from operator import itemgetter, methodcaller
 from operator import sub as minus
@@ -292,12 +293,14 @@ def _generic_shared_label(name: str) -> str | None:
 
 
 # ---------------------------------------------------------------------------------------
-def tensor_kinds(rests: list[str], shapes: list[tuple[int, ...]]):
+def tensor_kinds(rests: list[str], shapes: list[tuple[int, ...]], expert_ids: set[int] | None = None):
     """Kinds from the names inside one layer (``rest`` = the name after ``<prefix><i>.``).
 
+    ``expert_ids``: given when numbered segments of ``rests`` were already collapsed to "*"
+    (see _analyse_tensors); the experts' numbers then come from there.
     Returns (attention class, mlp class, expert count or None, special modules)."""
     has = set()
-    experts: set[int] = set()
+    experts: set[int] = set() if expert_ids is None else expert_ids
     fused_experts = None
     for rest, shape in zip(rests, shapes):
         parts = rest.split(".")
@@ -308,6 +311,8 @@ def tensor_kinds(rests: list[str], shapes: list[tuple[int, ...]]):
                 has.add("moe")
                 if len(parts) > 2 and parts[2].isdigit():
                     experts.add(int(parts[2]))
+                elif len(parts) > 2 and parts[2] == "*" and expert_ids is not None:
+                    pass
                 elif len(shape) >= 3 and fused_experts is None:
                     fused_experts = shape[0]
             elif sub in ("shared_experts", "shared_expert", "shared_mlp"):
@@ -653,16 +658,32 @@ def _build_inventory(source: ModelSource) -> Inventory:
     )
 
 
+_NUMBER_SEGMENT = re.compile(r"(?<=\.)\d+(?=\.|$)", re.MULTILINE)
+_EXPERT_NUMBER = re.compile(r"^(?:" + "|".join(MLP_CONTAINERS) + r")\.experts\.(\d+)(?:\.|$)", re.MULTILINE)
+
+
 def _analyse_tensors(rests: tuple[str, ...], dtypes: tuple[str, ...], shapes: tuple, quantized: bool):
-    """Kinds, weight dtypes, scale count and unquantized modules of one layer's tensors."""
-    t_att, t_mlp, t_exp, special = tensor_kinds(rests, shapes)
+    """Kinds, weight dtypes, scale count and unquantized modules of one layer's tensors.
+
+    An MoE layer repeats a few tensors per expert (DeepSeek-V3: 6 × 256); with numbered
+    segments collapsed to "*" (one regex pass over the joined names) each distinct
+    (name, dtype, shape) is analysed once and counted as often as it occurs."""
+    expert_ids = None
+    lines = "\n".join(rests)
+    if lines.count("\n") == len(rests) - 1:  # no name holds a newline itself
+        expert_ids = set(map(int, _EXPERT_NUMBER.findall(lines)))
+        counts = Counter(zip(_NUMBER_SEGMENT.sub("*", lines).split("\n"), dtypes, shapes))
+    else:
+        counts = Counter(zip(rests, dtypes, shapes))
+    unique = list(counts)
+    t_att, t_mlp, t_exp, special = tensor_kinds([u[0] for u in unique], [u[2] for u in unique], expert_ids)
     weight_dtypes: set[str] = set()
     scales = 0
     unquant: dict[str, None] = {}
-    for rest, dtype, shape in zip(rests, dtypes, shapes):
+    for (rest, dtype, shape), count in counts.items():
         leaf = rest.rsplit(".", 1)[-1]
         if leaf in SCALE_SUFFIXES or leaf.endswith("_scales"):
-            scales += 1
+            scales += count
             continue
         if _is_linear_weight(rest, shape):
             weight_dtypes.add(dtype)
