@@ -246,3 +246,11 @@ def test_a_stray_copy_beside_the_shards_is_never_an_error(tmp_path):
     assert sorted(src.shards) == [f"model-0000{i}-of-00003.safetensors" for i in (1, 2, 3)]
     assert any("consolidated.safetensors" in w and "not referenced" in w for w in src.warnings)
     assert src.tensor_count == 19 and src.tensor_shard["lm_head.weight"] in src.shards
+
+
+def test_a_tensor_held_by_two_shards_is_named(tmp_path):
+    root = small_llama(tmp_path)
+    first, second = sorted(root.glob("model-*.safetensors"))[:2]
+    second.write_bytes(first.read_bytes())  # the second shard now repeats the first one's tensors
+    with pytest.raises(InputError, match=rf"{second.name}: tensor 'model.embed_tokens.weight' also appears in {first.name} \(duplicate across shards\)"):
+        open_source(root)

@@ -703,9 +703,10 @@ def _layer_runs(names: list[str], match, nested: bool):
 
     The key of a run's first name comes from the splitter regex; the run then extends while
     names start with the same ``<prefix><i>.``, checked a block at a time with a doubling
-    block size: joined with newlines, a block whose names all start with the lead holds
-    "\\n<lead>" once per name (one C-level join and count; names holding a newline, which
-    only an escape in the header can produce, are checked one ``startswith`` each)."""
+    block size, and the end found by halving the first block that fails. Joined with
+    newlines, a block whose names all start with the lead holds "\\n<lead>" once per name
+    (one C-level join and count; names holding a newline, which only an escape in the header
+    can produce, are checked one ``startswith`` each)."""
     n = len(names)
     joinable = "\n" not in "".join(names)
     start = 0
@@ -718,19 +719,28 @@ def _layer_runs(names: list[str], match, nested: bool):
         else:
             lead = f"{prefix}{idx_s}."
             line_lead = "\n" + lead
+
+            def all_lead(block: list[str]) -> bool:
+                if joinable:
+                    return ("\n" + "\n".join(block)).count(line_lead) == len(block)
+                return all(map(methodcaller("startswith", lead), block))
+
             step = 1
             while stop < n:
-                block = names[stop : stop + step]
-                if joinable and ("\n" + "\n".join(block)).count(line_lead) == len(block):
-                    stop += len(block)
+                end = min(n, stop + step)
+                if all_lead(names[stop:end]):
+                    stop = end
                     step *= 2
                     continue
-                leads = list(map(methodcaller("startswith", lead), block))
-                if False in leads:
-                    stop += leads.index(False)
-                    break
-                stop += len(block)
-                step *= 2
+                # the run ends inside names[stop:end]: halve down to a few names
+                while end - stop > 8:
+                    mid = (stop + end) // 2
+                    if all_lead(names[stop:mid]):
+                        stop = mid
+                    else:
+                        end = mid
+                stop += list(map(methodcaller("startswith", lead), names[stop:end])).index(False)
+                break
         yield prefix, idx_s, start, stop
         start = stop
 
@@ -761,26 +771,29 @@ class _Analysed:
     """A layer's tensor analysis, reused for every layer with the same names after the layer
     prefix, dtypes and shapes (then bytes are equal too)."""
 
-    __slots__ = ("rests", "rest_chars", "dtypes", "shapes", "result")
+    __slots__ = ("rests", "single_lines", "dtypes", "shapes", "result")
 
     def __init__(self, rests, dtypes, shapes, result) -> None:
         self.rests = rests
-        self.rest_chars = sum(map(len, rests))
+        self.single_lines = "\n".join(rests).count("\n") == len(rests) - 1  # no rest holds a newline
         self.dtypes = dtypes
         self.shapes = shapes
         self.result = result
 
     def fits(self, columns: _Columns) -> bool:
         names = columns.names
-        # every name starts with its layer's "<prefix><i>."; name == that + rest exactly when
-        # it ends with the rest and the lengths add up. No per-name strings are made.
-        return (
-            len(names) == len(self.rests)
-            and columns.dtypes == self.dtypes
-            and columns.shapes == self.shapes
-            and sum(map(len, names)) == self.rest_chars + columns.cut * len(names)
-            and all(map(str.endswith, names, self.rests))
-        )
+        if len(names) != len(self.rests) or columns.dtypes != self.dtypes or columns.shapes != self.shapes:
+            return False
+        if not names:  # layers a config-only directory declares
+            return True
+        # Every name starts with its layer's "<prefix><i>."; the names are the rests with
+        # that lead in front exactly when the two spellings below agree, one name per line
+        # (two C-level joins and one comparison; no string per name).
+        lead = names[0][: columns.cut]
+        lines = "\n".join(names)
+        if self.single_lines and lines.count("\n") == len(names) - 1:
+            return lines == lead + ("\n" + lead).join(self.rests)
+        return all(map(str.__eq__, names, map(lead.__add__, self.rests)))
 
 
 def _make_layer(fam, stack, cfg, sub, index, stored, prefix, columns: _Columns, quantized, memo: list) -> Layer:

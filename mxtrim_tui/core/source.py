@@ -298,26 +298,40 @@ def _read_index(root: Path, index_path: Path) -> tuple[dict, dict, list[str]]:
     return index, weight_map, sorted(set(weight_map.values()))
 
 
-def _read_shards(root: Path, index_path: Path, shard_names: list[str]) -> dict[str, SafetensorsHeader]:
+def _read_shards(root: Path, index_path: Path, index: dict, weight_map: dict, shard_names: list[str]):
+    """Read and validate every shard the index names, and check the index against them:
+    returns the headers and the index's warnings.
+
+    As each header is read, its names are popped from the weight map at C speed (the shard
+    each one maps to must be this shard). The entries freed that way make room for the next
+    headers' names, so the index costs little memory beyond its own size. Every shard
+    popping cleanly and nothing left over means the map and the shards hold the same names;
+    otherwise the details are worked out from a fresh copy of the index (_verify_index)."""
     shards = {}
+    consistent = True
     for rel in shard_names:
         p = root / rel
         if not p.exists():
             if p.is_symlink():
                 raise InputError(p, f"shard is a broken symlink (-> {os.readlink(p)})")
             raise IndexConsistencyError(index_path, f"shard {rel!r} listed in the index is missing")
-        shards[rel] = read_header(p)
-    return shards
+        shards[rel] = header = read_header(p)
+        if consistent:
+            try:
+                consistent = list(map(weight_map.pop, header.names)) == [rel] * len(header.names)
+            except KeyError:  # not in the index, or held by an earlier shard too
+                consistent = False
+    if not consistent or weight_map:
+        index, weight_map, _ = _read_index(root, index_path)
+        _verify_index(root, index_path, weight_map, shards)
+        raise AssertionError("index check: the pop and the lookup disagree")  # pragma: no cover
+    return shards, _total_size_warnings(index_path, index, shards)
 
 
-def _verify_index(root: Path, index_path: Path, index: dict, weight_map: dict, shards: dict) -> list[str]:
-    """The index maps every tensor of every shard to that shard, and nothing else, and its
-    total_size is the shards' data size. Returns warnings; raises on any disagreement.
-
-    Each shard's names are looked up in the weight map at C speed (one ``map`` per shard);
-    when every one of them points back at its own shard and the counts agree, the map and
-    the shards hold the same names (names are unique within a header, and a name held by two
-    shards points back at only one of them). Details are worked out only on failure."""
+def _verify_index(root: Path, index_path: Path, weight_map: dict, shards: dict) -> None:
+    """Raise the first disagreement between the index and the shards, precisely: a name
+    in a shard but not in the map, one held by two shards, one mapped to a shard that does
+    not hold it."""
     held = 0
     for rel, header in shards.items():
         held += len(header.names)
@@ -340,6 +354,10 @@ def _verify_index(root: Path, index_path: Path, index: dict, weight_map: dict, s
         for tname, rel in weight_map.items():
             if tname not in held_by[rel]:
                 raise IndexConsistencyError(index_path, f"tensor {tname!r} is mapped to {rel} but that shard does not hold it")
+
+
+def _total_size_warnings(index_path: Path, index: dict, shards: dict) -> list[str]:
+    """metadata.total_size must be the shards' data size (absent or not an integer: a warning)."""
     warnings = []
     meta = index.get("metadata")
     total = meta.get("total_size") if isinstance(meta, dict) else None
@@ -423,9 +441,9 @@ def _open_source(root: Path) -> ModelSource:
         tensor_shard = _tensor_shard_without_index(root, shards)
     else:
         index, weight_map, shard_names = _read_index(root, index_path)
-        shards = _read_shards(root, index_path, shard_names)
-        warnings += _verify_index(root, index_path, index, weight_map, shards)
-        tensor_shard = weight_map  # proven equal to the shards' contents, name for name
+        shards, index_warnings = _read_shards(root, index_path, index, weight_map, shard_names)
+        warnings += index_warnings
+        tensor_shard = None  # built from the headers when first asked for
 
     # --- every file in the directory, classified
     tok_cfg: dict = {}
