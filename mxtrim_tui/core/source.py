@@ -298,7 +298,7 @@ def _read_index(root: Path, index_path: Path) -> tuple[dict, dict, list[str]]:
     return index, weight_map, sorted(set(weight_map.values()))
 
 
-def _read_shards(root: Path, index_path: Path, index: dict, weight_map: dict, shard_names: list[str]):
+def _read_indexed_shards(root: Path, index_path: Path, index: dict, weight_map: dict, shard_names: list[str]):
     """Read and validate every shard the index names, and check the index against them:
     returns the headers and the index's warnings.
 
@@ -324,7 +324,7 @@ def _read_shards(root: Path, index_path: Path, index: dict, weight_map: dict, sh
     if not consistent or weight_map:
         index, weight_map, _ = _read_index(root, index_path)
         _verify_index(root, index_path, weight_map, shards)
-        raise AssertionError("index check: the pop and the lookup disagree")  # pragma: no cover
+        raise AssertionError("the index check by popping and the one by lookup disagree")
     return shards, _total_size_warnings(index_path, index, shards)
 
 
@@ -441,7 +441,7 @@ def _open_source(root: Path) -> ModelSource:
         tensor_shard = _tensor_shard_without_index(root, shards)
     else:
         index, weight_map, shard_names = _read_index(root, index_path)
-        shards, index_warnings = _read_shards(root, index_path, index, weight_map, shard_names)
+        shards, index_warnings = _read_indexed_shards(root, index_path, index, weight_map, shard_names)
         warnings += index_warnings
         tensor_shard = None  # built from the headers when first asked for
 
