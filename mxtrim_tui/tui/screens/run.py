@@ -209,7 +209,7 @@ class RunScreen(WizardScreen):
             except ValueError:
                 doc, out = None, None
             self.app.state.last_output = out
-            status.update(Text(f"✓ written: {out}", style="bold green"))
+            status.update(Text(f"✓ written: {out}" if out else "✓ finished (exit 0)", style="bold green"))
             checks = doc.get("checks") if isinstance(doc, dict) else None
             if checks:
                 integ = checks.get("integrity", {})
