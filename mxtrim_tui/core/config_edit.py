@@ -48,12 +48,17 @@ class ConfigEdit:
         }
 
 
-def short_value(value, limit: int = 48) -> str:
-    """A config value as compact JSON for tables: "(absent)" or cut to ``limit`` chars."""
+def short_value(value, limit: int = 48, *, ensure_ascii: bool = True, count_items: bool = False) -> str:
+    """A config value as compact JSON for tables: "(absent)" or cut to ``limit`` chars
+    (``count_items``: a cut list ends with its length)."""
     if value is MISSING:
         return "(absent)"
-    text = json.dumps(value)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    text = json.dumps(value, ensure_ascii=ensure_ascii)
+    if len(text) <= limit:
+        return text
+    if count_items and isinstance(value, list):
+        return text[: limit - 12] + f"… ({len(value)} items)"
+    return text[: limit - 1] + "…"
 
 
 def get_path(doc, path: tuple, default=MISSING):

@@ -718,24 +718,17 @@ def _layer_runs(names: list[str], match, nested: bool):
                 stop += 1
         else:
             lead = f"{prefix}{idx_s}."
-            line_lead = "\n" + lead
-
-            def all_lead(block: list[str]) -> bool:
-                if joinable:
-                    return ("\n" + "\n".join(block)).count(line_lead) == len(block)
-                return all(map(methodcaller("startswith", lead), block))
-
             step = 1
             while stop < n:
                 end = min(n, stop + step)
-                if all_lead(names[stop:end]):
+                if _all_start_with(names[stop:end], lead, joinable):
                     stop = end
                     step *= 2
                     continue
                 # the run ends inside names[stop:end]: halve down to a few names
                 while end - stop > 8:
                     mid = (stop + end) // 2
-                    if all_lead(names[stop:mid]):
+                    if _all_start_with(names[stop:mid], lead, joinable):
                         stop = mid
                     else:
                         end = mid
@@ -743,6 +736,12 @@ def _layer_runs(names: list[str], match, nested: bool):
                 break
         yield prefix, idx_s, start, stop
         start = stop
+
+
+def _all_start_with(block: list[str], lead: str, joinable: bool) -> bool:
+    if joinable:  # no name holds a newline: one per line, each line starts with the lead
+        return ("\n" + "\n".join(block)).count("\n" + lead) == len(block)
+    return all(map(methodcaller("startswith", lead), block))
 
 
 class _Columns:

@@ -4,12 +4,11 @@ covered and what is not, the files, the environment, how to serve it, and valida
 
 from __future__ import annotations
 
-import json
 import shlex
 from datetime import datetime, timezone
 from pathlib import Path
 
-from .config_edit import MISSING
+from .config_edit import MISSING, short_value
 from .environment import environment
 from .families.base import DSA_FULL, DSA_SHARED
 from .plan import TrimPlan
@@ -24,16 +23,11 @@ VALIDATION_CHECKS = (
 )
 
 
-def _short(value, limit: int = 70) -> str:
+def _short(value) -> str:
+    """A config value in a Markdown table cell."""
     if value is MISSING:
         return "*(absent)*"
-    text = json.dumps(value, ensure_ascii=False)
-    if len(text) > limit:
-        if isinstance(value, (list, str)):
-            text = text[: limit - 12] + f"… ({len(value)} items)" if isinstance(value, list) else text[: limit - 1] + "…"
-        else:
-            text = text[: limit - 1] + "…"
-    return "`" + text.replace("|", "\\|") + "`"
+    return "`" + short_value(value, 70, ensure_ascii=False, count_items=True).replace("|", "\\|") + "`"
 
 
 def _max_model_len(plan: TrimPlan) -> int:

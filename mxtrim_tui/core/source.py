@@ -79,10 +79,7 @@ class ModelSource:
     def tensor_shard(self) -> dict[str, str]:
         """Tensor name -> relative shard path (built on first use when not already at hand)."""
         if self._tensor_shard is None:
-            mapping: dict[str, str] = {}
-            for rel, header in self.shards.items():
-                mapping.update(dict.fromkeys(header.names, rel))
-            self._tensor_shard = mapping
+            self._tensor_shard = _shard_of_each_tensor(self.shards)
         return self._tensor_shard
 
     # --- convenience -------------------------------------------------------------
@@ -170,11 +167,22 @@ def _looks_like_sentencepiece(path: str) -> bool:
     return i + 1 < len(head) and head[i + 1] == 0x0A
 
 
-def _classify_json(name: str, path: str) -> tuple[FileKind, str]:
+_UNREADABLE = object()  # what _read_json gives for a file that is absent, unreadable or not JSON
+
+
+def _read_json(path) -> object:
     try:
         with open(path, "rb") as fh:
-            obj = json.loads(fh.read().decode("utf-8"))
+            return json.loads(fh.read().decode("utf-8"))
     except (OSError, ValueError, UnicodeDecodeError):
+        return _UNREADABLE
+
+
+def _classify_json(name: str, path: str, obj: object = None) -> tuple[FileKind, str]:
+    """``obj``: the file's parsed JSON (or _UNREADABLE) when the caller has already read it."""
+    if obj is None:
+        obj = _read_json(path)
+    if obj is _UNREADABLE:
         return FileKind.UNKNOWN, "unreadable or not JSON"
     if not isinstance(obj, dict):
         if name == "vocab.json":
@@ -221,7 +229,7 @@ def _walk_files(top: str, prefix: str = ""):
 _NAME = attrgetter("name")
 
 
-def _classify(rel: str, path: str, auto_map_files: set[str], shard_paths: set[str]) -> tuple[FileKind, str]:
+def _classify(rel: str, path: str, auto_map_files: set[str], shard_paths: set[str], parsed: object = None) -> tuple[FileKind, str]:
     name = PurePosixPath(rel).name
     lower = name.lower()
     if rel == "config.json":
@@ -235,7 +243,7 @@ def _classify(rel: str, path: str, auto_map_files: set[str], shard_paths: set[st
     if lower.endswith(".safetensors"):
         return FileKind.WEIGHTS, "safetensors file not referenced by the index (loaders ignore it)"
     if lower.endswith(".json"):
-        return _classify_json(name, path)
+        return _classify_json(name, path, parsed)
     if lower.endswith(".jinja"):
         return FileKind.CHAT_TEMPLATE, ""
     if lower.endswith(".py"):
@@ -268,17 +276,25 @@ def _classify(rel: str, path: str, auto_map_files: set[str], shard_paths: set[st
     return FileKind.UNKNOWN, ""
 
 
-def _tensor_shard_without_index(root: Path, shards: dict) -> dict[str, str]:
-    tensor_shard: dict[str, str] = {}
+def _shard_of_each_tensor(shards: dict) -> dict[str, str]:
+    """Tensor name -> relative shard path (a name in two shards: the later one)."""
+    mapping: dict[str, str] = {}
     for rel, header in shards.items():
-        before = len(tensor_shard)
-        tensor_shard.update(dict.fromkeys(header.names, rel))
-        if len(tensor_shard) != before + len(header.names):
+        mapping.update(dict.fromkeys(header.names, rel))
+    return mapping
+
+
+def _tensor_shard_without_index(root: Path, shards: dict) -> dict[str, str]:
+    """The name -> shard map of unindexed shards, which must not share a name."""
+    mapping = _shard_of_each_tensor(shards)
+    if len(mapping) != sum(len(h.names) for h in shards.values()):
+        first_holder: dict[str, str] = {}
+        for rel, header in shards.items():
             for tname in header.names:
-                other = tensor_shard[tname]
+                other = first_holder.setdefault(tname, rel)
                 if other != rel:
                     raise InputError(root / rel, f"tensor {tname!r} also appears in {other} (duplicate across shards)")
-    return tensor_shard
+    return mapping
 
 
 def _read_index(root: Path, index_path: Path) -> tuple[dict, dict, list[str]]:
@@ -446,13 +462,9 @@ def _open_source(root: Path) -> ModelSource:
         tensor_shard = None  # built from the headers when first asked for
 
     # --- every file in the directory, classified
-    tok_cfg: dict = {}
-    try:
-        tc = json.loads((root / "tokenizer_config.json").read_text(encoding="utf-8"))
-        tok_cfg = tc if isinstance(tc, dict) else {}
-    except (OSError, ValueError, UnicodeDecodeError):
-        pass
-    auto_map_files = _auto_map_modules(config, tok_cfg, *nested.values())
+    tok_cfg = _read_json(root / "tokenizer_config.json")
+    auto_map_files = _auto_map_modules(config, tok_cfg if isinstance(tok_cfg, dict) else {}, *nested.values())
+    parsed = {"tokenizer_config.json": tok_cfg}  # read once, classified below
     files: list[SourceFile] = []
     shard_set = set(shards)
     for rel, entry in _walk_files(str(root)):
@@ -463,7 +475,7 @@ def _open_source(root: Path) -> ModelSource:
             warnings.append(f"{rel}: broken symlink (-> {link})")
             files.append(SourceFile(rel, FileKind.UNKNOWN, 0, "broken symlink", link))
             continue
-        kind, detail = _classify(rel, entry.path, auto_map_files, shard_set)
+        kind, detail = _classify(rel, entry.path, auto_map_files, shard_set, parsed.get(rel))
         files.append(SourceFile(rel, kind, size, detail, link))
     for module in sorted(auto_map_files):
         if not (root / module).exists():
