@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import gc
 import json
+import mmap
 import os
+import re
+from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import Enum
@@ -314,24 +317,51 @@ def _read_index(root: Path, index_path: Path) -> tuple[dict, dict, list[str]]:
     return index, weight_map, sorted(set(weight_map.values()))
 
 
-def _read_indexed_shards(root: Path, index_path: Path, index: dict, weight_map: dict, shard_names: list[str]):
-    """Read and validate every shard the index names, and check the index against them:
-    returns the headers and the index's warnings.
+def _read_top_level_shards(root: Path) -> dict[str, SafetensorsHeader | InputError]:
+    """Every ``*.safetensors`` file at the top of the directory (symlinks followed), sorted by
+    name: its validated header, or the error reading it gave. Errors are kept, not raised:
+    a file the index does not name is never an error (loaders ignore it)."""
+    with os.scandir(root) as listing:
+        names = sorted(e.name for e in listing if e.name.endswith(".safetensors") and e.is_file())
+    headers: dict[str, SafetensorsHeader | InputError] = {}
+    for rel in names:
+        try:
+            headers[rel] = read_header(root / rel)
+        except InputError as exc:
+            headers[rel] = exc
+    return headers
 
-    As each header is read, its names are popped from the weight map at C speed (the shard
-    each one maps to must be this shard). The entries freed that way make room for the next
-    headers' names, so the index costs little memory beyond its own size. Every shard
-    popping cleanly and nothing left over means the map and the shards hold the same names;
-    otherwise the details are worked out from a fresh copy of the index (_verify_index)."""
+
+def _read_indexed_shards(root: Path, index_path: Path, at_top: dict):
+    """The headers of the shards the index names, checked against it, and the index's
+    warnings. ``at_top``: what :func:`_read_top_level_shards` read (reused, never re-read).
+
+    The usual case is settled by :func:`_index_agrees_with_shards`, which reads the index in
+    pieces. Anything it does not vouch for goes the long way: the whole index parsed, its
+    shards read in order (a missing or broken shard is the error), and as each header is
+    read its names are popped from the weight map at C speed (the shard each maps to must
+    be this one). Every shard popping cleanly and nothing left over means the map and the
+    shards hold the same names; otherwise _verify_index works out the details from a fresh
+    copy of the index."""
+    agreed = _index_agrees_with_shards(index_path, at_top)
+    if agreed is not None:
+        index_outside_map, shards = agreed
+        return shards, _total_size_warnings(index_path, index_outside_map, shards)
+    index, weight_map, shard_names = _read_index(root, index_path)
     shards = {}
     consistent = True
     for rel in shard_names:
-        p = root / rel
-        if not p.exists():
-            if p.is_symlink():
-                raise InputError(p, f"shard is a broken symlink (-> {os.readlink(p)})")
-            raise IndexConsistencyError(index_path, f"shard {rel!r} listed in the index is missing")
-        shards[rel] = header = read_header(p)
+        header = at_top.get(rel)
+        if isinstance(header, InputError):
+            raise header
+        if header is None:
+            p = root / rel
+            if not p.exists():
+                if p.is_symlink():
+                    raise InputError(p, f"shard is a broken symlink (-> {os.readlink(p)})")
+                raise IndexConsistencyError(index_path, f"shard {rel!r} listed in the index is missing")
+            header = read_header(p)
+        shards[rel] = header
         if consistent:
             try:
                 consistent = list(map(weight_map.pop, header.names)) == [rel] * len(header.names)
@@ -342,6 +372,120 @@ def _read_indexed_shards(root: Path, index_path: Path, index: dict, weight_map: 
         _verify_index(root, index_path, weight_map, shards)
         raise AssertionError("the index check by popping and the one by lookup disagree")
     return shards, _total_size_warnings(index_path, index, shards)
+
+
+# The weight map's opening, and how much of its body is parsed at a time (small enough that
+# the allocator reuses the same memory for every piece instead of mapping fresh pages).
+_WEIGHT_MAP_OPENS = re.compile(rb'"weight_map"[ \t\n\r]*:[ \t\n\r]*\{')
+_INDEX_PIECE_BYTES = 1 << 16
+_JSON_WHITESPACE = " \t\n\r"
+
+
+def _index_agrees_with_shards(index_path: Path, at_top: dict):
+    """``(the index without its weight-map entries, the shards it names)`` when the index's
+    weight map names exactly the tensors of the top-level shards it refers to, each in the
+    shard that holds it; None when that is not certain, and the long way decides.
+
+    A DeepSeek-V3 index is 8.8 MB; read and parsed whole it costs ~35 MB of fresh memory
+    (the bytes, the text, ~180k strings), and on the virtual machines these tools run on,
+    first-touch page faults make that slower than the parse itself. Here the file is mapped
+    (populated in one call) and the weight map's body is parsed in pieces cut at line ends
+    (byte 0x0A is never inside a JSON string nor inside a multi-byte UTF-8 character), each
+    piece checked and dropped before the next, so the same memory serves them all.
+
+    What is accepted is exactly what ``json.loads`` of the whole file would give: the text
+    outside the map parses with the map emptied, its only ``"weight_map"`` key being the one
+    opened (no escapes there to spell another); each piece but the last ends in a comma and
+    holds at least one pair, so the pieces join into one valid body; every name must pop
+    from the shards' names with its shard as value, so a name given twice, missing, or
+    placed in the wrong shard rejects."""
+    headers = {rel: h for rel, h in at_top.items() if type(h) is SafetensorsHeader and _is_plain_shard_name(rel)}
+    owner = _shard_of_each_tensor(headers)  # emptied as the index names each tensor
+    if len(owner) != sum(len(h.names) for h in headers.values()):
+        return None  # a name in two files: the long way says which
+    try:
+        with open(index_path, "rb") as fh, mmap.mmap(
+            fh.fileno(), 0, flags=mmap.MAP_SHARED | _MAP_POPULATE, prot=mmap.PROT_READ
+        ) as data:
+            index_outside_map = _parse_outside_weight_map(data)
+            if index_outside_map is None:
+                return None
+            index_outside_map, body_start, body_end = index_outside_map
+            if not _pop_weight_map_pieces(data, body_start, body_end, owner.pop):
+                return None
+    except (OSError, ValueError, UnicodeDecodeError):  # ValueError: an empty file cannot be mapped
+        return None
+    # Shards left with names the index never gave must be unnamed by it altogether.
+    unnamed = Counter(owner.values())
+    if any(count != len(headers[rel].names) for rel, count in unnamed.items()):
+        return None
+    return index_outside_map, {rel: h for rel, h in headers.items() if h.names and rel not in unnamed}
+
+
+_MAP_POPULATE = getattr(mmap, "MAP_POPULATE", 0)
+
+
+def _parse_outside_weight_map(data):
+    """(the index parsed with its weight map emptied, body start, body end) or None."""
+    opening = _WEIGHT_MAP_OPENS.search(data)
+    if opening is None:
+        return None
+    body_start = opening.end()
+    body_end = data.rfind(b"}", body_start, data.rfind(b"}"))  # the map is usually the last key
+    if body_end < 0:
+        return None
+    outside = (data[:body_start] + data[body_end:]).decode("utf-8")
+    if "\\" in outside or outside.count('"weight_map"') != 1:
+        return None
+    try:
+        index = json.loads(outside)
+    except ValueError:
+        return None
+    if type(index) is not dict or index.get("weight_map") != {}:
+        return None
+    return index, body_start, body_end
+
+
+def _pop_weight_map_pieces(data, body_start: int, body_end: int, pop) -> bool:
+    """Parse the body ``data[body_start:body_end]`` piece by piece; True when every pair
+    ``name: shard`` popped ``shard`` (see _index_agrees_with_shards). A piece ends at the
+    first line end past its nominal size that follows a comma (a line that does not end a
+    pair, as in comma-first styles, joins the next)."""
+    start = body_start
+    search_from = body_start + _INDEX_PIECE_BYTES
+    while True:
+        cut = data.find(b"\n", search_from, body_end)
+        last = cut < 0
+        if not last and not _comma_ends(data, start, cut):
+            search_from = cut + 1
+            continue
+        piece = data[start : body_end if last else cut].decode("utf-8").rstrip(_JSON_WHITESPACE)
+        if not last:
+            piece = piece[:-1]  # the comma
+        try:
+            pairs = json.loads("{" + piece + "}")
+            if not pairs and not (last and start == body_start):
+                return False  # ",," or a trailing comma
+            if list(map(pop, pairs)) != list(pairs.values()):
+                return False
+        except (ValueError, KeyError):
+            return False
+        if last:
+            return True
+        start = cut
+        search_from = cut + _INDEX_PIECE_BYTES
+
+
+def _comma_ends(data, start: int, end: int) -> bool:
+    """The last byte of ``data[start:end]`` that is not JSON whitespace is a comma."""
+    while end > start and data[end - 1] in b" \t\r\n":
+        end -= 1
+    return end > start and data[end - 1] == 0x2C
+
+
+def _is_plain_shard_name(rel: str) -> bool:
+    """A top-level file name that an index entry names as is (no normalising, no refusal)."""
+    return not rel.startswith("\\") and not (len(rel) > 1 and rel[1] == ":")
 
 
 def _verify_index(root: Path, index_path: Path, weight_map: dict, shards: dict) -> None:
@@ -450,14 +594,16 @@ def _open_source(root: Path) -> ModelSource:
 
     # --- shards: from the index when there is one, else every *.safetensors at the top
     index_path = root / INDEX_NAME
+    at_top = _read_top_level_shards(root)
     if not index_path.exists():
         index_path = None
-        top_files = sorted(p.name for p in root.iterdir() if p.name.endswith(".safetensors") and p.is_file())
-        shards = {rel: read_header(root / rel) for rel in top_files}
+        for header in at_top.values():
+            if isinstance(header, InputError):
+                raise header
+        shards = at_top
         tensor_shard = _tensor_shard_without_index(root, shards)
     else:
-        index, weight_map, shard_names = _read_index(root, index_path)
-        shards, index_warnings = _read_indexed_shards(root, index_path, index, weight_map, shard_names)
+        shards, index_warnings = _read_indexed_shards(root, index_path, at_top)
         warnings += index_warnings
         tensor_shard = None  # built from the headers when first asked for
 

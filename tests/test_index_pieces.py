@@ -1,0 +1,220 @@
+"""The index check that reads the weight map in pieces must reach the same verdict as parsing
+the whole index: for every spelling and every defect below, ``open_source`` gives the same
+shards, warnings and tensor map, or the same error, with the piecewise check on or off; and
+it is the piecewise check that settles the common spellings (else it would be dead weight)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mxtrim_tui.core import source
+from mxtrim_tui.core.errors import InputError
+from mxtrim_tui.core.source import INDEX_NAME, open_source
+from mxtrim_tui.synth.checkpoint import Layout, write_checkpoint
+
+ODD_NAMES = ['odd}name.weight', 'quote"name.weight', "line\nbreak.weight", "caf\u00e9.weight", "tab\tname.weight"]
+
+
+def _checkpoint(tmp_path):
+    tensors = [("model.embed_tokens.weight", "BF16", (16, 8))]
+    for i in range(3):
+        p = f"model.layers.{i}."
+        tensors += [(p + "input_layernorm.weight", "BF16", (8,)), (p + "mlp.up_proj.weight", "BF16", (16, 8))]
+    tensors += [(name, "F32", (2,)) for name in ODD_NAMES]
+    tensors += [("lm_head.weight", "BF16", (16, 8))]
+    layout = Layout("odd-llama", {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": 3}, tensors)
+    return write_checkpoint(tmp_path / "m", layout, data="random", max_shard_bytes=layout.total_bytes // 3 + 1, tokenizer=False)
+
+
+def _index(root) -> dict:
+    return json.loads((root / INDEX_NAME).read_text())
+
+
+def _outcome(root):
+    try:
+        src = open_source(root)
+    except InputError as exc:
+        return ("error", type(exc).__name__, str(exc))
+    return ("ok", list(src.shards), src.warnings, src.tensor_shard)
+
+
+def _both_ways(root, monkeypatch):
+    """(outcome with the piecewise check, outcome without it, what the piecewise check said)."""
+    said = []
+    real = source._index_agrees_with_shards
+
+    def spy(*args):
+        said.append(real(*args))
+        return said[-1]
+
+    with monkeypatch.context() as m:
+        m.setattr(source, "_index_agrees_with_shards", spy)
+        with_pieces = _outcome(root)
+    with monkeypatch.context() as m:
+        m.setattr(source, "_index_agrees_with_shards", lambda *args: None)
+        whole = _outcome(root)
+    return with_pieces, whole, said[0] if said else None
+
+
+def _dumps(doc, **kw):
+    return json.dumps(doc, **kw)
+
+
+def _swap_keys(doc):
+    return {"weight_map": doc["weight_map"], "metadata": doc["metadata"]}
+
+
+# Spellings of a correct index that real writers produce: the piecewise check settles them.
+SPELLINGS = {
+    "transformers (indent 2, sorted keys)": lambda d: _dumps(d, indent=2, sort_keys=True) + "\n",
+    "indent 2 in shard order": lambda d: _dumps(d, indent=2),
+    "indent 4, non-ASCII kept": lambda d: _dumps(d, indent=4, ensure_ascii=False),
+    "CRLF line ends": lambda d: _dumps(d, indent=2).replace("\n", "\r\n"),
+    "one line": lambda d: _dumps(d),
+    "compact": lambda d: _dumps(d, separators=(",", ":")),
+}
+
+# Respellings and defects: whatever the piecewise check says, the verdict must not change.
+VARIANTS = {
+    "weight map before metadata": lambda d: _dumps(_swap_keys(d), indent=2),
+    "metadata missing": lambda d: _dumps({"weight_map": d["weight_map"]}, indent=2),
+    "total_size wrong": lambda d: _dumps({**d, "metadata": {"total_size": 1}}, indent=2),
+    "total_size a string": lambda d: _dumps({**d, "metadata": {"total_size": "12"}}, indent=2),
+    "escaped name": lambda d: _dumps(d, indent=2).replace('"model.embed', '"\\u006dodel.embed'),
+    "escaped weight_map key": lambda d: _dumps(d, indent=2).replace('"weight_map"', '"weight\\u005fmap"'),
+    "real map empty, a map nested in metadata": lambda d: _dumps(
+        {"metadata": {"weight_map": d["weight_map"]}, "weight_map": {}}, indent=2
+    ),
+    "escaped key empty, literal map nested": lambda d: _dumps(
+        {"metadata": {"weight_map": d["weight_map"]}, "weight_map": {}}, indent=2
+    ).replace('"weight_map": {}', '"weight\\u005fmap": {}'),
+    "trailing comma": lambda d: _dumps(d, indent=2).replace('"\n  }', '",\n  }'),
+    "double comma": lambda d: _dumps(d, indent=2).replace('",\n', '",,\n', 1),
+    "comma first": lambda d: _dumps(d, indent=2).replace('",\n    "', '"\n    ,"'),
+    "form feed before a comma": lambda d: _dumps(d, indent=2).replace('",\n', '"\f,\n', 1),
+    "byte order mark": lambda d: "\ufeff" + _dumps(d, indent=2),
+    "truncated": lambda d: _dumps(d, indent=2)[:-40],
+    "empty file": lambda d: "",
+    "not an object": lambda d: "[]",
+    "a value that is a number": lambda d: _dumps(d, indent=2).replace('"lm_head.weight": "', '"lm_head.weight": 7, "x": "', 1),
+    "empty weight map": lambda d: _dumps({**d, "weight_map": {}}, indent=2),
+    "raw line break inside a name": lambda d: _dumps(d, indent=2).replace("line\\nbreak", "line\nbreak"),
+}
+
+
+def _mutate_map(change):
+    def spell(d):
+        wm = dict(d["weight_map"])
+        items = change(wm)
+        return _dumps({"metadata": d["metadata"], "weight_map": dict(items) if items is not None else wm}, indent=2)
+
+    return spell
+
+
+def _first_shard_names(wm):
+    first = min(wm.values())
+    return [n for n, s in wm.items() if s == first]
+
+
+VARIANTS |= {
+    "one entry missing": _mutate_map(lambda wm: list(wm.items())[1:]),
+    "an entry added": _mutate_map(lambda wm: list(wm.items()) + [("ghost.weight", min(wm.values()))]),
+    "an entry in the wrong shard": _mutate_map(
+        lambda wm: [(n, max(wm.values()) if n == "lm_head.weight" and s != max(wm.values()) else min(wm.values()) if n == "lm_head.weight" else s) for n, s in wm.items()]
+    ),
+    "a shard named ./x": _mutate_map(lambda wm: [(n, "./" + s) for n, s in wm.items()]),
+    "a shard named by an absolute path": _mutate_map(lambda wm: [(n, "/abs/" + s) for n, s in wm.items()]),
+}
+
+
+def _duplicate_far_apart(d):
+    """One name given twice (first and last line, same shard), another of that shard dropped:
+    the entry count is right, a name is missing, and json.loads keeps one of the two."""
+    names = _first_shard_names(d["weight_map"])
+    dup, dropped = names[0], names[1]
+    lines = [f'    {json.dumps(n)}: {json.dumps(s)}' for n, s in d["weight_map"].items() if n != dropped]
+    lines.append(f'    {json.dumps(dup)}: {json.dumps(d["weight_map"][dup])}')
+    return '{\n  "metadata": ' + json.dumps(d["metadata"]) + ',\n  "weight_map": {\n' + ",\n".join(lines) + "\n  }\n}\n"
+
+
+def _duplicate_adjacent(d):
+    text = _dumps(d, indent=2)
+    line = next(x for x in text.splitlines() if "lm_head.weight" in x).rstrip(",")
+    return text.replace(line, line + ",\n" + line, 1)
+
+
+VARIANTS["a name twice, another missing"] = _duplicate_far_apart
+VARIANTS["a name twice in a row"] = _duplicate_adjacent
+
+
+@pytest.fixture(params=[1, 9, 1 << 16], ids=["pieces-of-a-line", "pieces-of-9-bytes", "pieces-of-64k"])
+def piece_size(request, monkeypatch):
+    monkeypatch.setattr(source, "_INDEX_PIECE_BYTES", request.param)
+    return request.param
+
+
+@pytest.mark.parametrize("spelling", sorted(SPELLINGS))
+def test_common_spellings_are_settled_piecewise_with_the_same_result(tmp_path, monkeypatch, piece_size, spelling):
+    root = _checkpoint(tmp_path)
+    (root / INDEX_NAME).write_text(SPELLINGS[spelling](_index(root)), encoding="utf-8")
+    with_pieces, whole, said = _both_ways(root, monkeypatch)
+    assert said is not None, "the piecewise check should have settled this index"
+    assert with_pieces == whole and with_pieces[0] == "ok"
+    assert len(with_pieces[3]) == 13 and with_pieces[3]['quote"name.weight'] in with_pieces[1]
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_every_variant_gets_the_verdict_of_the_whole_parse(tmp_path, monkeypatch, piece_size, variant):
+    root = _checkpoint(tmp_path)
+    (root / INDEX_NAME).write_text(VARIANTS[variant](_index(root)), encoding="utf-8")
+    with_pieces, whole, said = _both_ways(root, monkeypatch)
+    assert with_pieces == whole
+    if said is not None:  # it vouched for the map: only the size check can still object
+        assert whole[0] == "ok" or "metadata.total_size" in whole[2]
+
+
+def test_shards_beside_the_index_do_not_change_the_verdict(tmp_path, monkeypatch, piece_size):
+    """An unnamed shard with names of its own is settled piecewise and reported; a copy of a
+    named shard, or a broken file, goes the long way or is ignored, with the same result."""
+    root = _checkpoint(tmp_path)
+    stray = _checkpoint(tmp_path / "other")
+    # names of its own: rename every tensor of a one-file checkpoint
+    own = write_checkpoint(
+        tmp_path / "own",
+        Layout("x", {"model_type": "llama"}, [("extra.a.weight", "F32", (3,)), ("extra.b.weight", "F32", (1,))]),
+        data="random",
+        tokenizer=False,
+    )
+    (root / "aaa-own.safetensors").write_bytes((own / "model.safetensors").read_bytes())
+    with_pieces, whole, said = _both_ways(root, monkeypatch)
+    assert said is not None and with_pieces == whole
+    assert "aaa-own.safetensors" not in with_pieces[1]
+    assert any("aaa-own.safetensors" in w and "not referenced" in w for w in with_pieces[2])
+
+    first = sorted(stray.glob("model-*.safetensors"))[0]
+    (root / "zzz-copy.safetensors").write_bytes(first.read_bytes())
+    (root / "broken.safetensors").write_bytes(b"\xff" * 16)
+    with_pieces, whole, said = _both_ways(root, monkeypatch)
+    assert said is None and with_pieces == whole and with_pieces[0] == "ok"
+    assert "zzz-copy.safetensors" not in with_pieces[1]
+
+
+def test_a_named_shard_that_is_missing_or_broken_is_the_same_error(tmp_path, monkeypatch, piece_size):
+    root = _checkpoint(tmp_path)
+    shards = sorted(root.glob("model-*.safetensors"))
+    shards[1].write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{}      " + b"\x00" * 3)
+    with_pieces, whole, _ = _both_ways(root, monkeypatch)
+    assert with_pieces == whole and with_pieces[0] == "error" and shards[1].name in with_pieces[2]
+    shards[1].unlink()
+    with_pieces, whole, _ = _both_ways(root, monkeypatch)
+    assert with_pieces == whole and "is missing" in with_pieces[2]
+
+
+def test_the_index_is_mapped_read_only_and_left_as_it_was(tmp_path, monkeypatch):
+    root = _checkpoint(tmp_path)
+    before = (root / INDEX_NAME).read_bytes()
+    with_pieces, _, said = _both_ways(root, monkeypatch)
+    assert said is not None and with_pieces[0] == "ok"
+    assert (root / INDEX_NAME).read_bytes() == before
