@@ -329,6 +329,11 @@ _RESPELLINGS = (
     ("]}}", "]}x"),  # junk after the last entry
     ('"format":"pt"', '"n":1,"format":"pt"'),  # a metadata value that is not a string
     ("{", "x{"),
+    ('"data_offsets":[0,', '"data_offsets":[0,\x0b'),  # int() takes a vertical tab, JSON does not
+    ("]}}", "\x0c]}}"),  # nor a form feed
+    ('"t0"', '"t\x1f"'),  # the last control character
+    ('"t0"', '"t\u00e4\x01"'),  # a control character in a non-ASCII name
+    ('"t0"', '"t\x7f"'),  # DEL is not a control character to JSON (valid)
     ("", ""),  # (special-cased) a non-ASCII digit in the last end
     ("", ""),  # (special-cased) an underscore in the last end
     ("", ""),  # (special-cased) a plus sign on the last end
