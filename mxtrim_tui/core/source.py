@@ -399,13 +399,15 @@ def _index_agrees_with_shards(index_path: Path, at_top: dict):
     holds at least one pair, so the pieces join into one valid body; every name must pop
     from the shards' names with its shard as value, so a name given twice, missing, or
     placed in the wrong shard rejects."""
+    if _MAP_FLAGS is None:  # no POSIX mmap flags (Windows): the long way
+        return None
     headers = {rel: h for rel, h in at_top.items() if type(h) is SafetensorsHeader and _is_plain_shard_name(rel)}
     owner = _shard_of_each_tensor(headers)  # emptied as the index names each tensor
     if len(owner) != sum(len(h.names) for h in headers.values()):
         return None  # a name in two files: the long way says which
     try:
         with open(index_path, "rb") as fh, mmap.mmap(
-            fh.fileno(), 0, flags=mmap.MAP_SHARED | _MAP_POPULATE, prot=mmap.PROT_READ
+            fh.fileno(), 0, flags=_MAP_FLAGS, prot=mmap.PROT_READ
         ) as data:
             index_outside_map = _parse_outside_weight_map(data)
             if index_outside_map is None:
@@ -422,7 +424,8 @@ def _index_agrees_with_shards(index_path: Path, at_top: dict):
     return index_outside_map, {rel: h for rel, h in headers.items() if h.names and rel not in unnamed}
 
 
-_MAP_POPULATE = getattr(mmap, "MAP_POPULATE", 0)
+# Shared read-only mapping, its pages populated in one call where the platform can.
+_MAP_FLAGS = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0) if hasattr(mmap, "MAP_SHARED") else None
 
 
 def _parse_outside_weight_map(data):
