@@ -148,6 +148,28 @@ def _duplicate_adjacent(d):
 VARIANTS["a name twice, another missing"] = _duplicate_far_apart
 VARIANTS["a name twice in a row"] = _duplicate_adjacent
 
+DEEP = "[" * 3000 + "]" * 3000  # past json.loads' recursion limit
+
+
+def _with_value(value_json):
+    return lambda d: _dumps(d, indent=2).replace('"lm_head.weight": "', '"lm_head.weight": ' + value_json + ', "x": "', 1)
+
+
+VARIANTS |= {
+    # found by review: the piecewise check must not crash where the whole parse reports
+    "deep nesting after a broken map": lambda d: '{"weight_map": {"a": garbage}, "x": ' + DEEP + "}",
+    "deep value first, a bad byte later": lambda d: _dumps(d, indent=2)
+    .replace('"weight_map": {', '"weight_map": {\n    "q": ' + DEEP + ",", 1)
+    .replace("odd}name", "odd\udcffname"),
+    "deep metadata": lambda d: _dumps(d, indent=2).replace('"total_size"', '"deep": ' + DEEP + ', "total_size"', 1),
+    "blank lines before the closing brace": lambda d: _dumps(d, indent=2).replace('"\n  }', '"' + "\n" * 20000 + "  }"),
+    "a list as a value": _with_value('["model-00001-of-00003.safetensors"]'),
+    "NaN as a value": _with_value("NaN"),
+    "null as a value": _with_value("null"),
+    "a shard name too long to look up": _mutate_map(lambda wm: [(n, "x" * 5000 + ".safetensors") for n in wm]),
+    "a NUL in a shard name": _mutate_map(lambda wm: [(n, "x\u0000.safetensors") for n in wm]),
+}
+
 
 @pytest.fixture(params=[1, 9, 1 << 16], ids=["pieces-of-a-line", "pieces-of-9-bytes", "pieces-of-64k"])
 def piece_size(request, monkeypatch):
@@ -168,8 +190,8 @@ def test_common_spellings_are_settled_piecewise_with_the_same_result(tmp_path, m
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_every_variant_gets_the_verdict_of_the_whole_parse(tmp_path, monkeypatch, piece_size, variant):
     root = _checkpoint(tmp_path)
-    (root / INDEX_NAME).write_text(VARIANTS[variant](_index(root)), encoding="utf-8")
-    with_pieces, whole, said = _both_ways(root, monkeypatch)
+    (root / INDEX_NAME).write_text(VARIANTS[variant](_index(root)), encoding="utf-8", errors="surrogateescape")
+    with_pieces, whole, said = _both_ways(root, monkeypatch)  # nothing but InputError escapes
     assert with_pieces == whole
     if said is not None:  # it vouched for the map: only the size check can still object
         assert whole[0] == "ok" or "metadata.total_size" in whole[2]

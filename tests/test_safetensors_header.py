@@ -92,6 +92,13 @@ def test_header_not_json(tmp_path):
     expect(p, "not valid JSON")
 
 
+def test_header_nested_too_deeply_is_an_error_not_a_crash(tmp_path):
+    deep = b"[" * 5000 + b"]" * 5000
+    for raw in (b'{"t": ' + deep + b"}", b'{"__metadata__": {"a": ' + deep + b'}, "t": 1}'):
+        p = write_raw(tmp_path / "deep.safetensors", None, raw_json=raw)
+        expect(p, "nested too deeply")
+
+
 def test_header_not_an_object(tmp_path):
     p = write_raw(tmp_path / "list.safetensors", None, raw_json=b"[1, 2]")
     expect(p, "must be a JSON object")

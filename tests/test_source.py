@@ -80,6 +80,16 @@ def test_config_not_json(tmp_path):
         open_source(root)
 
 
+def test_config_nested_too_deeply_is_one_clear_error(tmp_path):
+    root = small_llama(tmp_path)
+    (root / "config.json").write_text('{"a": ' + "[" * 5000 + "]" * 5000 + "}")
+    with pytest.raises(InputError, match=r"config\.json: config\.json is nested too deeply to parse"):
+        open_source(root)
+    (root / "config.json").write_text(json.dumps(CFG))
+    (root / "generation_config.json").write_text("[" * 5000 + "]" * 5000)  # only classified
+    assert next(f for f in open_source(root).files if f.path == "generation_config.json").kind is FileKind.UNKNOWN
+
+
 def test_index_names_a_missing_shard(tmp_path):
     root = small_llama(tmp_path)
     shard = sorted(root.glob("model-*.safetensors"))[1]

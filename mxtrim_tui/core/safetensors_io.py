@@ -153,6 +153,8 @@ def parse_header_bytes(path: str | Path, raw: bytes, file_size: int) -> Safetens
         obj = json.loads(text)
     except ValueError as exc:
         _fail(path, f"header is not valid JSON ({exc})")
+    except RecursionError:
+        _fail(path, "header is nested too deeply to parse")
     if not isinstance(obj, dict):
         _fail(path, f"header must be a JSON object, got {type(obj).__name__}")
     fast = _parse_fast(path, text, obj, len(raw), file_size)
@@ -225,7 +227,7 @@ def _entries_start(text: str, p: list[str]):
         close = text.find("}")
         try:
             meta_obj = json.loads(text[: close + 1] + "}")
-        except ValueError:
+        except (ValueError, RecursionError):
             return None
         metadata = meta_obj.get("__metadata__")
         if type(metadata) is not dict or not all(type(v) is str for v in metadata.values()):

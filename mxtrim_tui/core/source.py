@@ -133,6 +133,8 @@ def _load_json(path: Path, what: str) -> object:
         return json.loads(text)
     except ValueError as exc:
         raise InputError(path, f"{what} is not valid JSON ({exc})") from None
+    except RecursionError:
+        raise InputError(path, f"{what} is nested too deeply to parse") from None
 
 
 def _auto_map_modules(*configs: dict) -> set[str]:
@@ -177,7 +179,7 @@ def _read_json(path) -> object:
     try:
         with open(path, "rb") as fh:
             return json.loads(fh.read().decode("utf-8"))
-    except (OSError, ValueError, UnicodeDecodeError):
+    except (OSError, ValueError, UnicodeDecodeError, RecursionError):
         return _UNREADABLE
 
 
@@ -306,11 +308,11 @@ def _read_index(root: Path, index_path: Path) -> tuple[dict, dict, list[str]]:
     if not isinstance(index, dict) or not isinstance(index.get("weight_map"), dict):
         raise IndexConsistencyError(index_path, "index has no weight_map object")
     weight_map = index["weight_map"]
+    if set(map(type, weight_map.values())) - {str}:  # a number, null, list, NaN...
+        bad = next(t for t, r in weight_map.items() if type(r) is not str)
+        raise IndexConsistencyError(index_path, f"weight_map entry {bad!r} is not a file name")
     safe_names = {}
     for rel in set(weight_map.values()):
-        if not isinstance(rel, str):
-            bad = next(t for t, r in weight_map.items() if r == rel)
-            raise IndexConsistencyError(index_path, f"weight_map entry {bad!r} is not a file name")
         safe_names[rel] = _safe_relpath(root, rel, index_path)
     if any(k != v for k, v in safe_names.items()):  # normalise "./x" style names
         weight_map = {t: safe_names[r] for t, r in weight_map.items()}
@@ -356,7 +358,7 @@ def _read_indexed_shards(root: Path, index_path: Path, at_top: dict):
             raise header
         if header is None:
             p = root / rel
-            if not p.exists():
+            if not _exists(p, rel, index_path):
                 if p.is_symlink():
                     raise InputError(p, f"shard is a broken symlink (-> {os.readlink(p)})")
                 raise IndexConsistencyError(index_path, f"shard {rel!r} listed in the index is missing")
@@ -442,7 +444,7 @@ def _parse_outside_weight_map(data):
         return None
     try:
         index = json.loads(outside)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     if type(index) is not dict or index.get("weight_map") != {}:
         return None
@@ -456,11 +458,12 @@ def _pop_weight_map_pieces(data, body_start: int, body_end: int, pop) -> bool:
     pair, as in comma-first styles, joins the next)."""
     start = body_start
     search_from = body_start + _INDEX_PIECE_BYTES
+    checked_to = start  # the line ends in data[start:checked_to] follow no comma
     while True:
         cut = data.find(b"\n", search_from, body_end)
         last = cut < 0
-        if not last and not _comma_ends(data, start, cut):
-            search_from = cut + 1
+        if not last and not _comma_ends(data, checked_to, cut):
+            search_from = checked_to = cut + 1
             continue
         piece = data[start : body_end if last else cut].decode("utf-8").rstrip(_JSON_WHITESPACE)
         if not last:
@@ -471,16 +474,18 @@ def _pop_weight_map_pieces(data, body_start: int, body_end: int, pop) -> bool:
                 return False  # ",," or a trailing comma
             if list(map(pop, pairs)) != list(pairs.values()):
                 return False
-        except (ValueError, KeyError):
+        except (ValueError, KeyError, RecursionError):
             return False
         if last:
             return True
-        start = cut
+        start = checked_to = cut
         search_from = cut + _INDEX_PIECE_BYTES
 
 
 def _comma_ends(data, start: int, end: int) -> bool:
-    """The last byte of ``data[start:end]`` that is not JSON whitespace is a comma."""
+    """The last byte of ``data[start:end]`` that is not JSON whitespace is a comma. (Called
+    with ``start`` just past the last line end found not to follow a comma: whitespace all
+    the way back to it means the same answer, so each byte is looked at once.)"""
     while end > start and data[end - 1] in b" \t\r\n":
         end -= 1
     return end > start and data[end - 1] == 0x2C
@@ -489,6 +494,14 @@ def _comma_ends(data, start: int, end: int) -> bool:
 def _is_plain_shard_name(rel: str) -> bool:
     """A top-level file name that an index entry names as is (no normalising, no refusal)."""
     return not rel.startswith("\\") and not (len(rel) > 1 and rel[1] == ":")
+
+
+def _exists(p: Path, rel: str, index_path: Path) -> bool:
+    try:
+        return p.exists()
+    except (OSError, ValueError) as exc:  # a name too long, a NUL in it...
+        problem = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise IndexConsistencyError(index_path, f"shard {rel!r} listed in the index cannot be looked up ({problem})") from None
 
 
 def _verify_index(root: Path, index_path: Path, weight_map: dict, shards: dict) -> None:

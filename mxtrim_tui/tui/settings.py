@@ -17,7 +17,7 @@ def load_recent(limit: int = 8) -> list[str]:
         items = json.loads((config_dir() / "recent.json").read_text())
         # sources that were moved or deleted since are not offered again
         return [str(i) for i in items if isinstance(i, str) and Path(i).is_dir()][:limit]
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return []
 
 
@@ -34,6 +34,6 @@ def load_keymap() -> dict[str, str]:
     """``keymap.json``: {"binding id": "keys"}, e.g. {"selection.toggle": "x"}."""
     try:
         doc = json.loads((config_dir() / "keymap.json").read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return {}
     return {str(k): str(v) for k, v in doc.items()} if isinstance(doc, dict) else {}
