@@ -6,7 +6,10 @@ Compares, in one run on the same files (page cache warm for all three):
   * ``mxtrim``: ``open_source`` + ``build_inventory`` (strict validation of every header,
     index cross-check, file classification, layer kinds, groups, quantization).
 
-Usage: python benchmarks/inventory.py [--repeat N] [--dir PATH]
+Usage: python benchmarks/inventory.py [--repeat N] [--dir PATH] [--sorted-index]
+
+``--sorted-index`` measures a copy whose index is spelled as transformers writes it (keys
+sorted, so shards interleave) instead of in shard order; the shards are symlinked.
 """
 
 from __future__ import annotations
@@ -37,6 +40,25 @@ def ensure_checkpoint(path: Path) -> Path:
         write_checkpoint(path, deepseek_v3(), data="sparse", tokenizer=True)
         marker.write_text("ok")
     return path
+
+
+def with_sorted_index(root: Path) -> Path:
+    """A sibling of ``root`` holding symlinks to its files and the index re-spelled with
+    ``json.dumps(index, indent=2, sort_keys=True)``, as ``save_pretrained`` writes it."""
+    sorted_root = root.with_name(root.name + "-sorted-index")
+    marker = sorted_root / ".complete"
+    if not marker.exists():
+        import shutil
+
+        shutil.rmtree(sorted_root, ignore_errors=True)
+        sorted_root.mkdir(parents=True)
+        for f in root.iterdir():
+            if f.name not in (".complete", "model.safetensors.index.json"):
+                (sorted_root / f.name).symlink_to(f.resolve())
+        index = json.loads((root / "model.safetensors.index.json").read_text())
+        (sorted_root / "model.safetensors.index.json").write_text(json.dumps(index, indent=2, sort_keys=True) + "\n")
+        marker.write_text("ok")
+    return sorted_root
 
 
 def json_loop(root: Path) -> int:
@@ -80,11 +102,14 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--dir", type=Path, default=ROOT / ".bench" / "deepseek-v3-sparse")
+    ap.add_argument("--sorted-index", action="store_true", help="index keys sorted, as transformers writes them")
     args = ap.parse_args()
     root = ensure_checkpoint(args.dir)
+    if args.sorted_index:
+        root = with_sorted_index(root)
     shards = len(list(root.glob("*.safetensors")))
-    disk = sum(p.stat().st_blocks * 512 for p in root.iterdir() if p.is_file())
-    logical = sum(p.stat().st_size for p in root.iterdir() if p.is_file())
+    disk = sum(p.stat().st_blocks * 512 for p in args.dir.iterdir() if p.is_file())
+    logical = sum(p.stat().st_size for p in args.dir.iterdir() if p.is_file())
     print(f"checkpoint: {root}  shards={shards}  logical={logical / 2**30:.1f} GiB  on disk={disk / 2**20:.1f} MiB")
     rows = measure_interleaved(
         (
