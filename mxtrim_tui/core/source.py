@@ -322,7 +322,8 @@ def _read_index(root: Path, index_path: Path) -> tuple[dict, dict, list[str]]:
 def _read_top_level_shards(root: Path) -> dict[str, SafetensorsHeader | InputError]:
     """Every ``*.safetensors`` file at the top of the directory (symlinks followed), sorted by
     name: its validated header, or the error reading it gave. Errors are kept, not raised:
-    a file the index does not name is never an error (loaders ignore it)."""
+    a file the index does not name is never an error (loaders ignore it); without an index,
+    the first one is raised."""
     with os.scandir(root) as listing:
         names = sorted(e.name for e in listing if e.name.endswith(".safetensors") and e.is_file())
     headers: dict[str, SafetensorsHeader | InputError] = {}
@@ -381,6 +382,8 @@ def _read_indexed_shards(root: Path, index_path: Path, at_top: dict):
 _WEIGHT_MAP_OPENS = re.compile(rb'"weight_map"[ \t\n\r]*:[ \t\n\r]*\{')
 _INDEX_PIECE_BYTES = 1 << 16
 _JSON_WHITESPACE = " \t\n\r"
+# Shared read-only mapping, its pages populated in one call where the platform can.
+_MAP_FLAGS = (mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)) if hasattr(mmap, "MAP_SHARED") else None
 
 
 def _index_agrees_with_shards(index_path: Path, at_top: dict):
@@ -389,8 +392,8 @@ def _index_agrees_with_shards(index_path: Path, at_top: dict):
     shard that holds it; None when that is not certain, and the long way decides.
 
     A DeepSeek-V3 index is 8.8 MB; read and parsed whole it costs ~35 MB of fresh memory
-    (the bytes, the text, ~180k strings), and on the virtual machines these tools run on,
-    first-touch page faults make that slower than the parse itself. Here the file is mapped
+    (the bytes, the text, ~180k strings), and where first-touch page faults are dear (~3.5
+    µs each on the VMs this was measured on) that costs more than the parse itself. Here the file is mapped
     (populated in one call) and the weight map's body is parsed in pieces cut at line ends
     (byte 0x0A is never inside a JSON string nor inside a multi-byte UTF-8 character), each
     piece checked and dropped before the next, so the same memory serves them all.
@@ -411,10 +414,10 @@ def _index_agrees_with_shards(index_path: Path, at_top: dict):
         with open(index_path, "rb") as fh, mmap.mmap(
             fh.fileno(), 0, flags=_MAP_FLAGS, prot=mmap.PROT_READ
         ) as data:
-            index_outside_map = _parse_outside_weight_map(data)
-            if index_outside_map is None:
+            outside = _parse_outside_weight_map(data)
+            if outside is None:
                 return None
-            index_outside_map, body_start, body_end = index_outside_map
+            index_outside_map, body_start, body_end = outside
             if not _pop_weight_map_pieces(data, body_start, body_end, owner.pop):
                 return None
     except (OSError, ValueError, UnicodeDecodeError):  # ValueError: an empty file cannot be mapped
@@ -424,10 +427,6 @@ def _index_agrees_with_shards(index_path: Path, at_top: dict):
     if any(count != len(headers[rel].names) for rel, count in unnamed.items()):
         return None
     return index_outside_map, {rel: h for rel, h in headers.items() if h.names and rel not in unnamed}
-
-
-# Shared read-only mapping, its pages populated in one call where the platform can.
-_MAP_FLAGS = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0) if hasattr(mmap, "MAP_SHARED") else None
 
 
 def _parse_outside_weight_map(data):
