@@ -171,7 +171,7 @@ _PIECES = 10
 _CONSTANT_PIECES = ((1, ":{"), (2, "dtype"), (3, ":"), (5, ","), (6, "shape"), (8, "data_offsets"))
 _SHAPE_PIECE = re.compile(r":\[((?:0|[1-9][0-9]*)(?:,(?:0|[1-9][0-9]*))*)?\],")
 _CONTROL_BYTES = bytes(range(32))
-_JSON_SPACE = " \t\n\r"
+JSON_WHITESPACE = " \t\n\r"  # the four characters JSON allows between tokens
 
 
 class _NotCanonical(Exception):
@@ -280,7 +280,7 @@ def _parse_canonical(path, raw, text, header_size, file_size):
         sizes = list(map(getitem, map(sizes_of.__getitem__, dtypes), shape_pieces))
     except _NotCanonical:
         return None
-    last = offset_pieces[-1].rstrip(_JSON_SPACE)
+    last = offset_pieces[-1].rstrip(JSON_WHITESPACE)
     if not last.endswith("}}"):
         return None
     offset_pieces[-1] = last[:-1] + ","

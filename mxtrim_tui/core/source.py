@@ -21,7 +21,7 @@ from operator import attrgetter
 from pathlib import Path, PurePosixPath
 
 from .errors import IndexConsistencyError, InputError
-from .safetensors_io import SafetensorsHeader, TensorInfo, read_header
+from .safetensors_io import JSON_WHITESPACE, SafetensorsHeader, TensorInfo, read_header
 
 INDEX_NAME = "model.safetensors.index.json"
 SIDE_QUANT_FILES = ("quantize_config.json", "quant_config.json", "hf_quant_config.json")
@@ -95,7 +95,7 @@ class ModelSource:
 
     @property
     def tensor_count(self) -> int:
-        return sum(len(h.names) for h in self.shards.values())
+        return _names_held(self.shards)
 
     @property
     def tensor_bytes(self) -> int:
@@ -289,10 +289,15 @@ def _shard_of_each_tensor(shards: dict) -> dict[str, str]:
     return mapping
 
 
+def _names_held(shards: dict) -> int:
+    """How many tensor names the headers hold between them (a name in two shards counts twice)."""
+    return sum(len(h.names) for h in shards.values())
+
+
 def _tensor_shard_without_index(root: Path, shards: dict) -> dict[str, str]:
     """The name -> shard map of unindexed shards, which must not share a name."""
     mapping = _shard_of_each_tensor(shards)
-    if len(mapping) != sum(len(h.names) for h in shards.values()):
+    if len(mapping) != _names_held(shards):
         first_holder: dict[str, str] = {}
         for rel, header in shards.items():
             for tname in header.names:
@@ -381,7 +386,7 @@ def _read_indexed_shards(root: Path, index_path: Path, at_top: dict):
 # the allocator reuses the same memory for every piece instead of mapping fresh pages).
 _WEIGHT_MAP_OPENS = re.compile(rb'"weight_map"[ \t\n\r]*:[ \t\n\r]*\{')
 _INDEX_PIECE_BYTES = 1 << 16
-_JSON_WHITESPACE = " \t\n\r"
+_JSON_WHITESPACE_BYTES = JSON_WHITESPACE.encode()
 # Shared read-only mapping, its pages populated in one call where the platform can.
 _MAP_FLAGS = (mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)) if hasattr(mmap, "MAP_SHARED") else None
 
@@ -392,11 +397,12 @@ def _index_agrees_with_shards(index_path: Path, at_top: dict):
     shard that holds it; None when that is not certain, and the long way decides.
 
     A DeepSeek-V3 index is 8.8 MB; read and parsed whole it costs ~35 MB of fresh memory
-    (the bytes, the text, ~180k strings), and where first-touch page faults are dear (~3.5
-    µs each on the VMs this was measured on) that costs more than the parse itself. Here the file is mapped
-    (populated in one call) and the weight map's body is parsed in pieces cut at line ends
-    (byte 0x0A is never inside a JSON string nor inside a multi-byte UTF-8 character), each
-    piece checked and dropped before the next, so the same memory serves them all.
+    (the bytes, the text, ~180k strings), and where first-touch page faults are dear (~3.5 µs
+    each on the VMs this was measured on) that costs more than the parse itself. Here the
+    file is mapped (populated in one call) and the weight map's body is parsed in pieces cut
+    at line ends (byte 0x0A is never inside a JSON string nor inside a multi-byte UTF-8
+    character), each piece checked and dropped before the next, so the same memory serves
+    them all.
 
     What is accepted is exactly what ``json.loads`` of the whole file would give: the text
     outside the map parses with the map emptied, its only ``"weight_map"`` key being the one
@@ -408,7 +414,7 @@ def _index_agrees_with_shards(index_path: Path, at_top: dict):
         return None
     headers = {rel: h for rel, h in at_top.items() if type(h) is SafetensorsHeader and _is_plain_shard_name(rel)}
     owner = _shard_of_each_tensor(headers)  # emptied as the index names each tensor
-    if len(owner) != sum(len(h.names) for h in headers.values()):
+    if len(owner) != _names_held(headers):
         return None  # a name in two files: the long way says which
     try:
         with open(index_path, "rb") as fh, mmap.mmap(
@@ -464,7 +470,7 @@ def _pop_weight_map_pieces(data, body_start: int, body_end: int, pop) -> bool:
         if not last and not _comma_ends(data, checked_to, cut):
             search_from = checked_to = cut + 1
             continue
-        piece = data[start : body_end if last else cut].decode("utf-8").rstrip(_JSON_WHITESPACE)
+        piece = data[start : body_end if last else cut].decode("utf-8").rstrip(JSON_WHITESPACE)
         if not last:
             piece = piece[:-1]  # the comma
         try:
@@ -485,14 +491,19 @@ def _comma_ends(data, start: int, end: int) -> bool:
     """The last byte of ``data[start:end]`` that is not JSON whitespace is a comma. (Called
     with ``start`` just past the last line end found not to follow a comma: whitespace all
     the way back to it means the same answer, so each byte is looked at once.)"""
-    while end > start and data[end - 1] in b" \t\r\n":
+    while end > start and data[end - 1] in _JSON_WHITESPACE_BYTES:
         end -= 1
     return end > start and data[end - 1] == 0x2C
 
 
 def _is_plain_shard_name(rel: str) -> bool:
     """A top-level file name that an index entry names as is (no normalising, no refusal)."""
-    return not rel.startswith("\\") and not (len(rel) > 1 and rel[1] == ":")
+    return not _looks_absolute(rel)
+
+
+def _looks_absolute(rel: str) -> bool:
+    """Absolute on some platform: "/x", "\\x" or a drive letter "C:x"."""
+    return rel.startswith(("/", "\\")) or (len(rel) > 1 and rel[1] == ":")
 
 
 def _exists(p: Path, rel: str, index_path: Path) -> bool:
@@ -549,7 +560,7 @@ def _total_size_warnings(index_path: Path, index: dict, shards: dict) -> list[st
 def _safe_relpath(root: Path, rel: str, index_path: Path) -> str:
     """An index entry must name a file inside the model directory."""
     p = PurePosixPath(rel)
-    if p.is_absolute() or rel.startswith("\\") or (len(rel) > 1 and rel[1] == ":"):
+    if _looks_absolute(rel):
         raise IndexConsistencyError(index_path, f"shard path {rel!r} is absolute")
     if ".." in p.parts:
         raise IndexConsistencyError(index_path, f"shard path {rel!r} escapes the model directory")
