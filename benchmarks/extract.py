@@ -46,12 +46,12 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from mxtrim_tui.core.extract_script import SCRIPT_NAME  # noqa: E402
+from mxtrim_tui.core.extract_script import SCRIPT_NAME, build_extraction  # noqa: E402
 from mxtrim_tui.core.inventory import build_inventory  # noqa: E402
 from mxtrim_tui.core.plan import Selection, build_plan  # noqa: E402
 from mxtrim_tui.core.source import open_source  # noqa: E402
-from mxtrim_tui.core.units import human_bytes  # noqa: E402
-from mxtrim_tui.core.weights_writer import write_weights  # noqa: E402
+from mxtrim_tui.core.units import DEFAULT_MAX_SHARD_BYTES, human_bytes  # noqa: E402
+from mxtrim_tui.core.weights_writer import extraction_script  # noqa: E402
 from mxtrim_tui.synth.checkpoint import write_checkpoint  # noqa: E402
 from mxtrim_tui.synth.layouts import all_layouts  # noqa: E402
 
@@ -128,7 +128,7 @@ def measure(cmd: list[str]) -> dict:
     return json.loads(proc.stdout)
 
 
-def run_suite(src: Path, work: Path, script_src: Path, plan) -> tuple[dict, list[str]]:
+def run_suite(src: Path, work: Path, script_src: Path, plan) -> tuple[dict, tuple[int, int]]:
     """Every method, 1 + ROUNDS rounds in turn, outputs under ``work``; returns the runs."""
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
@@ -212,12 +212,10 @@ def main() -> None:
     BENCH.mkdir(exist_ok=True)
     src = ensure_source()
     plan = build_plan(build_inventory(open_source(src)), Selection.parse(["0,1"]))
-    biggest = max(t.nbytes for t in open_source(src).iter_tensors())
-    ref_dir = BENCH / "extract-ref"
-    shutil.rmtree(ref_dir, ignore_errors=True)
-    ref = write_weights(plan, ref_dir, structure=False)
-    script = shutil.copy(ref.path / SCRIPT_NAME, BENCH / "extract-ref-script.py")
-    shutil.rmtree(ref_dir)
+    biggest = max(t.nbytes for t in plan.inventory.source.iter_tensors())
+    # the script `mxtrim trim --mode weights` would write and run
+    script = BENCH / "extract-ref-script.py"
+    script.write_text(extraction_script(plan, build_extraction(plan, DEFAULT_MAX_SHARD_BYTES)))
     tables = []
     print(f"on disk ({BENCH}):", flush=True)
     tables.append((f"disk: {src}", *run_suite(src, WORK, Path(script), plan)))

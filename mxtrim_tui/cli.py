@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from .core.errors import InputError
+from .core.units import DEFAULT_MAX_SHARD_BYTES
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -56,7 +57,7 @@ def _parser() -> argparse.ArgumentParser:
         required=True,
         help="dummy: config + tokenizer assets for --load-format dummy; weights: a real checkpoint of the kept tensors",
     )
-    tr.add_argument("--max-shard-size", type=parse_size, default=5_000_000_000, metavar="SIZE", help="weights mode: largest output shard (default 5GB)")
+    tr.add_argument("--max-shard-size", type=parse_size, default=DEFAULT_MAX_SHARD_BYTES, metavar="SIZE", help="weights mode: largest output shard (default 5GB)")
     tr.add_argument("--progress", action="store_true", help="print progress events as JSON lines on stderr")
     tr.add_argument("--out", type=Path, help="output directory (must not exist)")
     tr.add_argument(

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
+from engine_support import plan_for
 from mxtrim_tui.core.budget import BudgetInputs, compute_budget
 from mxtrim_tui.core.gpu import probe_gpus, probe_metax
-from mxtrim_tui.core.inventory import build_inventory
-from mxtrim_tui.core.plan import Selection, build_plan
-from mxtrim_tui.core.source import open_source
 from mxtrim_tui.synth.checkpoint import write_checkpoint
 from mxtrim_tui.synth.layouts import all_layouts
 
@@ -14,8 +12,7 @@ GiB = 2**30
 
 
 def plan_of(tmp_path, key, keep=None, **kw):
-    root = write_checkpoint(tmp_path / key, all_layouts()[key](**kw), data="sparse", tokenizer=False)
-    return build_plan(build_inventory(open_source(root)), Selection.parse(keep))
+    return plan_for(write_checkpoint(tmp_path / key, all_layouts()[key](**kw), data="sparse", tokenizer=False), keep)
 
 
 def test_mla_kv_is_the_latent_and_ignores_tp(tmp_path):

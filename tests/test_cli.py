@@ -3,31 +3,17 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
-from pathlib import Path
 
+from engine_support import REPO, run_cli
 from mxtrim_tui.synth.checkpoint import write_checkpoint
 from mxtrim_tui.synth.layouts.deepseek import deepseek_v3
-
-REPO = Path(__file__).resolve().parent.parent
-
-
-def mxtrim(*args, env=None):
-    return subprocess.run(
-        [sys.executable, "-m", "mxtrim_tui", *args],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env={**os.environ, **(env or {})},
-        timeout=120,
-    )
 
 
 def test_inspect_json_on_sparse_deepseek_v3(tmp_path):
     root = write_checkpoint(tmp_path / "DeepSeek-V3", deepseek_v3(), data="sparse")
-    out = mxtrim("inspect", str(root), "--json")
+    out = run_cli("inspect", str(root), "--json")
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
     assert doc["schema"] == "mxtrim.inventory/1"
@@ -49,7 +35,7 @@ def test_inspect_json_on_sparse_deepseek_v3(tmp_path):
 
 def test_inspect_rich_summary_names_the_essentials(tmp_path):
     root = write_checkpoint(tmp_path / "DeepSeek-V3", deepseek_v3(), data="sparse")
-    out = mxtrim("inspect", str(root), env={"COLUMNS": "160"})
+    out = run_cli("inspect", str(root), env={"COLUMNS": "160"})
     assert out.returncode == 0, out.stderr
     for text in ("DeepSeek-V2/V3", "text backbone", "MTP", "mla", "moe", "fp8", "Layer types", "tokenizer"):
         assert text in out.stdout, text
@@ -59,7 +45,7 @@ def test_bad_input_is_one_line_on_stderr_with_exit_1(tmp_path):
     root = tmp_path / "broken"
     root.mkdir()
     (root / "config.json").write_text("{")
-    out = mxtrim("inspect", str(root))
+    out = run_cli("inspect", str(root))
     assert out.returncode == 1
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "config.json" in lines[0] and "not valid JSON" in lines[0]
@@ -67,14 +53,14 @@ def test_bad_input_is_one_line_on_stderr_with_exit_1(tmp_path):
 
 
 def test_debug_shows_the_traceback(tmp_path):
-    out = mxtrim("--debug", "inspect", str(tmp_path / "missing"))
+    out = run_cli("--debug", "inspect", str(tmp_path / "missing"))
     assert out.returncode == 1 and "Traceback" in out.stderr and "model directory not found" in out.stderr
 
 
 def test_usage_errors_exit_2():
-    out = mxtrim("inspect")
+    out = run_cli("inspect")
     assert out.returncode == 2 and "usage:" in out.stderr
-    out = mxtrim("frobnicate")
+    out = run_cli("frobnicate")
     assert out.returncode == 2
 
 

@@ -9,6 +9,7 @@ import json
 
 import pytest
 
+from engine_support import load_index
 from mxtrim_tui.core import source
 from mxtrim_tui.core.errors import InputError
 from mxtrim_tui.core.source import INDEX_NAME, open_source
@@ -26,10 +27,6 @@ def _checkpoint(tmp_path):
     tensors += [("lm_head.weight", "BF16", (16, 8))]
     layout = Layout("odd-llama", {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": 3}, tensors)
     return write_checkpoint(tmp_path / "m", layout, data="random", max_shard_bytes=layout.total_bytes // 3 + 1, tokenizer=False)
-
-
-def _index(root) -> dict:
-    return json.loads((root / INDEX_NAME).read_text())
 
 
 def _outcome(root):
@@ -58,49 +55,45 @@ def _both_ways(root, monkeypatch):
     return with_pieces, whole, said[0] if said else None
 
 
-def _dumps(doc, **kw):
-    return json.dumps(doc, **kw)
-
-
 def _swap_keys(doc):
     return {"weight_map": doc["weight_map"], "metadata": doc["metadata"]}
 
 
 # Spellings of a correct index that real writers produce: the piecewise check settles them.
 SPELLINGS = {
-    "transformers (indent 2, sorted keys)": lambda d: _dumps(d, indent=2, sort_keys=True) + "\n",
-    "indent 2 in shard order": lambda d: _dumps(d, indent=2),
-    "indent 4, non-ASCII kept": lambda d: _dumps(d, indent=4, ensure_ascii=False),
-    "CRLF line ends": lambda d: _dumps(d, indent=2).replace("\n", "\r\n"),
-    "one line": lambda d: _dumps(d),
-    "compact": lambda d: _dumps(d, separators=(",", ":")),
+    "transformers (indent 2, sorted keys)": lambda d: json.dumps(d, indent=2, sort_keys=True) + "\n",
+    "indent 2 in shard order": lambda d: json.dumps(d, indent=2),
+    "indent 4, non-ASCII kept": lambda d: json.dumps(d, indent=4, ensure_ascii=False),
+    "CRLF line ends": lambda d: json.dumps(d, indent=2).replace("\n", "\r\n"),
+    "one line": lambda d: json.dumps(d),
+    "compact": lambda d: json.dumps(d, separators=(",", ":")),
 }
 
 # Respellings and defects: whatever the piecewise check says, the verdict must not change.
 VARIANTS = {
-    "weight map before metadata": lambda d: _dumps(_swap_keys(d), indent=2),
-    "metadata missing": lambda d: _dumps({"weight_map": d["weight_map"]}, indent=2),
-    "total_size wrong": lambda d: _dumps({**d, "metadata": {"total_size": 1}}, indent=2),
-    "total_size a string": lambda d: _dumps({**d, "metadata": {"total_size": "12"}}, indent=2),
-    "escaped name": lambda d: _dumps(d, indent=2).replace('"model.embed', '"\\u006dodel.embed'),
-    "escaped weight_map key": lambda d: _dumps(d, indent=2).replace('"weight_map"', '"weight\\u005fmap"'),
-    "real map empty, a map nested in metadata": lambda d: _dumps(
+    "weight map before metadata": lambda d: json.dumps(_swap_keys(d), indent=2),
+    "metadata missing": lambda d: json.dumps({"weight_map": d["weight_map"]}, indent=2),
+    "total_size wrong": lambda d: json.dumps({**d, "metadata": {"total_size": 1}}, indent=2),
+    "total_size a string": lambda d: json.dumps({**d, "metadata": {"total_size": "12"}}, indent=2),
+    "escaped name": lambda d: json.dumps(d, indent=2).replace('"model.embed', '"\\u006dodel.embed'),
+    "escaped weight_map key": lambda d: json.dumps(d, indent=2).replace('"weight_map"', '"weight\\u005fmap"'),
+    "real map empty, a map nested in metadata": lambda d: json.dumps(
         {"metadata": {"weight_map": d["weight_map"]}, "weight_map": {}}, indent=2
     ),
-    "escaped key empty, literal map nested": lambda d: _dumps(
+    "escaped key empty, literal map nested": lambda d: json.dumps(
         {"metadata": {"weight_map": d["weight_map"]}, "weight_map": {}}, indent=2
     ).replace('"weight_map": {}', '"weight\\u005fmap": {}'),
-    "trailing comma": lambda d: _dumps(d, indent=2).replace('"\n  }', '",\n  }'),
-    "double comma": lambda d: _dumps(d, indent=2).replace('",\n', '",,\n', 1),
-    "comma first": lambda d: _dumps(d, indent=2).replace('",\n    "', '"\n    ,"'),
-    "form feed before a comma": lambda d: _dumps(d, indent=2).replace('",\n', '"\f,\n', 1),
-    "byte order mark": lambda d: "\ufeff" + _dumps(d, indent=2),
-    "truncated": lambda d: _dumps(d, indent=2)[:-40],
+    "trailing comma": lambda d: json.dumps(d, indent=2).replace('"\n  }', '",\n  }'),
+    "double comma": lambda d: json.dumps(d, indent=2).replace('",\n', '",,\n', 1),
+    "comma first": lambda d: json.dumps(d, indent=2).replace('",\n    "', '"\n    ,"'),
+    "form feed before a comma": lambda d: json.dumps(d, indent=2).replace('",\n', '"\f,\n', 1),
+    "byte order mark": lambda d: "\ufeff" + json.dumps(d, indent=2),
+    "truncated": lambda d: json.dumps(d, indent=2)[:-40],
     "empty file": lambda d: "",
     "not an object": lambda d: "[]",
-    "a value that is a number": lambda d: _dumps(d, indent=2).replace('"lm_head.weight": "', '"lm_head.weight": 7, "x": "', 1),
-    "empty weight map": lambda d: _dumps({**d, "weight_map": {}}, indent=2),
-    "raw line break inside a name": lambda d: _dumps(d, indent=2).replace("line\\nbreak", "line\nbreak"),
+    "a value that is a number": lambda d: json.dumps(d, indent=2).replace('"lm_head.weight": "', '"lm_head.weight": 7, "x": "', 1),
+    "empty weight map": lambda d: json.dumps({**d, "weight_map": {}}, indent=2),
+    "raw line break inside a name": lambda d: json.dumps(d, indent=2).replace("line\\nbreak", "line\nbreak"),
 }
 
 
@@ -108,7 +101,7 @@ def _mutate_map(change):
     def spell(d):
         wm = dict(d["weight_map"])
         items = change(wm)
-        return _dumps({"metadata": d["metadata"], "weight_map": dict(items) if items is not None else wm}, indent=2)
+        return json.dumps({"metadata": d["metadata"], "weight_map": dict(items) if items is not None else wm}, indent=2)
 
     return spell
 
@@ -140,7 +133,7 @@ def _duplicate_far_apart(d):
 
 
 def _duplicate_adjacent(d):
-    text = _dumps(d, indent=2)
+    text = json.dumps(d, indent=2)
     line = next(x for x in text.splitlines() if "lm_head.weight" in x).rstrip(",")
     return text.replace(line, line + ",\n" + line, 1)
 
@@ -152,17 +145,17 @@ DEEP = "[" * 3000 + "]" * 3000  # past json.loads' recursion limit
 
 
 def _with_value(value_json):
-    return lambda d: _dumps(d, indent=2).replace('"lm_head.weight": "', '"lm_head.weight": ' + value_json + ', "x": "', 1)
+    return lambda d: json.dumps(d, indent=2).replace('"lm_head.weight": "', '"lm_head.weight": ' + value_json + ', "x": "', 1)
 
 
 VARIANTS |= {
     # found by review: the piecewise check must not crash where the whole parse reports
     "deep nesting after a broken map": lambda d: '{"weight_map": {"a": garbage}, "x": ' + DEEP + "}",
-    "deep value first, a bad byte later": lambda d: _dumps(d, indent=2)
+    "deep value first, a bad byte later": lambda d: json.dumps(d, indent=2)
     .replace('"weight_map": {', '"weight_map": {\n    "q": ' + DEEP + ",", 1)
     .replace("odd}name", "odd\udcffname"),
-    "deep metadata": lambda d: _dumps(d, indent=2).replace('"total_size"', '"deep": ' + DEEP + ', "total_size"', 1),
-    "blank lines before the closing brace": lambda d: _dumps(d, indent=2).replace('"\n  }', '"' + "\n" * 20000 + "  }"),
+    "deep metadata": lambda d: json.dumps(d, indent=2).replace('"total_size"', '"deep": ' + DEEP + ', "total_size"', 1),
+    "blank lines before the closing brace": lambda d: json.dumps(d, indent=2).replace('"\n  }', '"' + "\n" * 20000 + "  }"),
     "a list as a value": _with_value('["model-00001-of-00003.safetensors"]'),
     "NaN as a value": _with_value("NaN"),
     "null as a value": _with_value("null"),
@@ -180,7 +173,7 @@ def piece_size(request, monkeypatch):
 @pytest.mark.parametrize("spelling", sorted(SPELLINGS))
 def test_common_spellings_are_settled_piecewise_with_the_same_result(tmp_path, monkeypatch, piece_size, spelling):
     root = _checkpoint(tmp_path)
-    (root / INDEX_NAME).write_text(SPELLINGS[spelling](_index(root)), encoding="utf-8")
+    (root / INDEX_NAME).write_text(SPELLINGS[spelling](load_index(root)), encoding="utf-8")
     with_pieces, whole, said = _both_ways(root, monkeypatch)
     assert said is not None, "the piecewise check should have settled this index"
     assert with_pieces == whole and with_pieces[0] == "ok"
@@ -190,7 +183,7 @@ def test_common_spellings_are_settled_piecewise_with_the_same_result(tmp_path, m
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_every_variant_gets_the_verdict_of_the_whole_parse(tmp_path, monkeypatch, piece_size, variant):
     root = _checkpoint(tmp_path)
-    (root / INDEX_NAME).write_text(VARIANTS[variant](_index(root)), encoding="utf-8", errors="surrogateescape")
+    (root / INDEX_NAME).write_text(VARIANTS[variant](load_index(root)), encoding="utf-8", errors="surrogateescape")
     with_pieces, whole, said = _both_ways(root, monkeypatch)  # nothing but InputError escapes
     assert with_pieces == whole
     if said is not None:  # it vouched for the map: only the size check can still object
@@ -201,7 +194,6 @@ def test_shards_beside_the_index_do_not_change_the_verdict(tmp_path, monkeypatch
     """An unnamed shard with names of its own is settled piecewise and reported; a copy of a
     named shard, or a broken file, goes the long way or is ignored, with the same result."""
     root = _checkpoint(tmp_path)
-    stray = _checkpoint(tmp_path / "other")
     # names of its own: rename every tensor of a one-file checkpoint
     own = write_checkpoint(
         tmp_path / "own",
@@ -215,7 +207,7 @@ def test_shards_beside_the_index_do_not_change_the_verdict(tmp_path, monkeypatch
     assert "aaa-own.safetensors" not in with_pieces[1]
     assert any("aaa-own.safetensors" in w and "not referenced" in w for w in with_pieces[2])
 
-    first = sorted(stray.glob("model-*.safetensors"))[0]
+    first = sorted(root.glob("model-*.safetensors"))[0]
     (root / "zzz-copy.safetensors").write_bytes(first.read_bytes())
     (root / "broken.safetensors").write_bytes(b"\xff" * 16)
     with_pieces, whole, said = _both_ways(root, monkeypatch)

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from engine_support import plan_for, run_cli, tree_digest
 from mxtrim_tui.core.inventory import build_inventory, stack_config
 from mxtrim_tui.core.plan import Selection, SelectionError, build_plan, parse_keep_spec
 from mxtrim_tui.core.source import open_source
@@ -19,7 +17,6 @@ from mxtrim_tui.synth.checkpoint import write_checkpoint
 from mxtrim_tui.synth.layouts import all_layouts
 
 LAYOUTS = all_layouts()
-REPO = Path(__file__).resolve().parent.parent
 # transformers has no built-in config class for these (the real repos need remote code)
 NOT_BUILT_IN = {"kimi_k2"}
 
@@ -37,21 +34,9 @@ def sparse_models(tmp_path_factory):
     return get
 
 
-def tree_digest(root: Path) -> dict:
-    out = {}
-    for p in sorted(root.rglob("*")):
-        if p.is_file():
-            h = hashlib.blake2b(digest_size=16)
-            with open(p, "rb") as fh:
-                h.update(fh.read(1 << 16))  # sparse shards: header region is what could change
-            st = p.stat()
-            out[str(p.relative_to(root))] = (h.hexdigest(), st.st_size, st.st_mtime_ns)
-    return out
-
-
-def plan_for(root, keep=None, mtp=None):
-    inv = build_inventory(open_source(root))
-    return inv, build_plan(inv, Selection.parse(keep, mtp))
+def inventory_and_plan(root, keep=None, mtp=None):
+    plan = plan_for(root, keep, mtp)
+    return plan.inventory, plan
 
 
 # --- keep specs -------------------------------------------------------------------------
@@ -68,7 +53,7 @@ def test_keep_spec_parsing():
 # --- the public GLM-5.2 hand trim -------------------------------------------------------
 def test_glm5_reproduces_the_public_hand_trim(sparse_models, tmp_path):
     root = sparse_models("glm_moe_dsa")
-    inv, plan = plan_for(root, ["0,6,7"])
+    inv, plan = inventory_and_plan(root, ["0,6,7"])
     assert not plan.errors
     out = write_dummy(plan, tmp_path / "GLM-5-dummy-3layers").path
     cfg = json.loads((out / "config.json").read_text())
@@ -106,8 +91,8 @@ def test_glm5_reproduces_the_public_hand_trim(sparse_models, tmp_path):
 @pytest.mark.parametrize("key", sorted(LAYOUTS))
 def test_auto_trim_output_config_builds_the_kept_kinds(sparse_models, tmp_path, key):
     root = sparse_models(key)
-    before = tree_digest(root)
-    inv, plan = plan_for(root)
+    before = tree_digest(root, 1 << 16)
+    inv, plan = inventory_and_plan(root)
     assert not plan.errors, [i.message for i in plan.errors]
     out = write_dummy(plan, tmp_path / "out").path
     src_cfg = json.loads((root / "config.json").read_text())
@@ -149,7 +134,7 @@ def test_auto_trim_output_config_builds_the_kept_kinds(sparse_models, tmp_path, 
     assert "unverified" in readme and "--load-format dummy" in readme and "MACA_VISIBLE_DEVICES" in readme
     assert str(out) in readme
     # the source is byte-for-byte unchanged
-    assert tree_digest(root) == before
+    assert tree_digest(root, 1 << 16) == before
     # transformers builds the config offline without remote code
     if key not in NOT_BUILT_IN:
         from transformers import AutoConfig
@@ -161,7 +146,7 @@ def test_auto_trim_output_config_builds_the_kept_kinds(sparse_models, tmp_path, 
 
 def test_no_mtp_drops_heads_and_their_quant_entries(sparse_models, tmp_path):
     root = sparse_models("glm_moe_dsa")
-    inv, plan = plan_for(root, ["0,6,7"], mtp=False)
+    inv, plan = inventory_and_plan(root, ["0,6,7"], mtp=False)
     cfg = plan.new_documents["config.json"]
     assert cfg["num_nextn_predict_layers"] == 0
     assert not any("layers.3." in e for e in cfg["compression_config"]["ignore"])
@@ -172,7 +157,7 @@ def test_no_mtp_drops_heads_and_their_quant_entries(sparse_models, tmp_path):
 
 
 def test_deepseek_fp8_mtp_moves_to_new_depth(sparse_models):
-    inv, plan = plan_for(sparse_models("deepseek_v3"), ["0,5,60"])
+    inv, plan = inventory_and_plan(sparse_models("deepseek_v3"), ["0,5,60"])
     assert plan.new_documents["config.json"]["first_k_dense_replace"] == 1
     renamed = dict(plan.renames)
     assert renamed["model.layers.61.eh_proj.weight"] == "model.layers.3.eh_proj.weight"
@@ -182,7 +167,7 @@ def test_deepseek_fp8_mtp_moves_to_new_depth(sparse_models):
 
 
 def test_qwen3_next_relative_mtp_is_not_renamed(sparse_models):
-    inv, plan = plan_for(sparse_models("qwen3_next"), ["3,4"])
+    inv, plan = inventory_and_plan(sparse_models("qwen3_next"), ["3,4"])
     renamed = dict(plan.renames)
     assert renamed["mtp.layers.0.mlp.gate.weight"] == "mtp.layers.0.mlp.gate.weight"
     assert renamed["mtp.fc.weight"] == "mtp.fc.weight"
@@ -191,20 +176,20 @@ def test_qwen3_next_relative_mtp_is_not_renamed(sparse_models):
 
 # --- manual selections: warnings and blocking errors ------------------------------------
 def test_dropping_the_only_instance_of_a_path_is_named(sparse_models):
-    inv, plan = plan_for(sparse_models("qwen3_next"), ["0,1"])  # linear only: no full attention
+    inv, plan = inventory_and_plan(sparse_models("qwen3_next"), ["0,1"])  # linear only: no full attention
     assert not plan.errors
     lost = [c for c in plan.omitted if c.submodel == "text"]
     assert lost and lost[0].kind.startswith("full") and lost[0].bytes_dropped > 0
 
 
 def test_gpt_oss_parity_is_a_blocking_error_with_a_fix(sparse_models):
-    inv, plan = plan_for(sparse_models("gpt_oss"), ["1,2"])
+    inv, plan = inventory_and_plan(sparse_models("gpt_oss"), ["1,2"])
     assert plan.errors
     assert "even" in plan.errors[0].fix and "new layer 0 (original 1" in plan.errors[0].message
 
 
 def test_dsa_shared_layer_needs_an_earlier_full_one(sparse_models):
-    inv, plan = plan_for(sparse_models("glm_moe_dsa"), ["7"])
+    inv, plan = inventory_and_plan(sparse_models("glm_moe_dsa"), ["7"])
     msgs = " ".join(i.message for i in plan.errors)
     assert "reuses the previous layer's top-k" in msgs
     assert "keep an earlier full-indexer layer (e.g. 6)" in " ".join(i.fix for i in plan.errors)
@@ -218,46 +203,46 @@ def test_dense_after_moe_is_refused(tmp_path):
     root = tmp_path / "cfg-only"
     root.mkdir()
     (root / "config.json").write_text(json.dumps(cfg))
-    inv, plan = plan_for(root, ["2,3"])  # 2 is MoE, 3 is dense
+    inv, plan = inventory_and_plan(root, ["2,3"])  # 2 is MoE, 3 is dense
     assert any("dense layer 3 would follow an MoE layer" in i.message for i in plan.errors)
-    inv, plan = plan_for(root, ["1,2,4"])  # dense, MoE, MoE: expressible with freq reset to 1
+    inv, plan = inventory_and_plan(root, ["1,2,4"])  # dense, MoE, MoE: expressible with freq reset to 1
     assert not plan.errors
     assert plan.new_documents["config.json"]["moe_layer_freq"] == 1
     assert plan.new_documents["config.json"]["first_k_dense_replace"] == 1
 
 
 def test_moe_required_families(sparse_models):
-    inv, plan = plan_for(sparse_models("glm4_moe"), ["0,1"])
+    inv, plan = inventory_and_plan(sparse_models("glm4_moe"), ["0,1"])
     assert any("no MoE layer kept" in i.message for i in plan.errors)
 
 
 def test_jamba_period_rule_solved_or_refused(sparse_models):
-    inv, plan = plan_for(sparse_models("jamba"), ["3,4,12"])  # attention would sit at new 1 and 2
+    inv, plan = inventory_and_plan(sparse_models("jamba"), ["3,4,12"])  # attention would sit at new 1 and 2
     assert any("no period/offset" in i.message for i in plan.errors)
-    inv, plan = plan_for(sparse_models("jamba"), ["0,1,4"])
+    inv, plan = inventory_and_plan(sparse_models("jamba"), ["0,1,4"])
     cfg = plan.new_documents["config.json"]
     assert not plan.errors and (cfg["attn_layer_period"], cfg["attn_layer_offset"]) == (3, 2)
 
 
 def test_unknown_layers_and_submodels(sparse_models):
-    inv, plan = plan_for(sparse_models("qwen3"), ["0,99"])
+    inv, plan = inventory_and_plan(sparse_models("qwen3"), ["0,99"])
     assert any("layer(s) 99 do not exist" in i.message for i in plan.errors)
-    inv, plan = plan_for(sparse_models("qwen3"), ["vision=0"])
+    inv, plan = inventory_and_plan(sparse_models("qwen3"), ["vision=0"])
     assert any("no submodel named 'vision'" in i.message for i in plan.errors)
 
 
 def test_qwen3_vl_deepstack_needs_enough_text_layers(sparse_models):
-    inv, plan = plan_for(sparse_models("qwen3_vl"))
+    inv, plan = inventory_and_plan(sparse_models("qwen3_vl"))
     assert len(plan.kept["text"]) == 3 and not plan.warnings  # auto keeps one per deepstack level
-    inv, plan = plan_for(sparse_models("qwen3_vl"), ["0"])
+    inv, plan = inventory_and_plan(sparse_models("qwen3_vl"), ["0"])
     assert any("deepstack" in w.message and "keep at least 3" in w.fix for w in plan.warnings)
 
 
 def test_vision_depth_trim_remaps_index_lists(sparse_models):
-    inv, plan = plan_for(sparse_models("qwen2_5_vl"), ["0", "vision=0,7,8,31"])
+    inv, plan = inventory_and_plan(sparse_models("qwen2_5_vl"), ["0", "vision=0,7,8,31"])
     vc = plan.new_documents["config.json"]["vision_config"]
     assert vc["depth"] == 4 and vc["fullatt_block_indexes"] == [1, 3]
-    inv, plan = plan_for(sparse_models("qwen3_vl"), ["vision=0,8,16"])
+    inv, plan = inventory_and_plan(sparse_models("qwen3_vl"), ["vision=0,8,16"])
     assert any("deepstack blocks [24]" in i.message for i in plan.errors)
 
 
@@ -277,7 +262,7 @@ def test_fp8_modules_to_not_convert_and_regex_warning(tmp_path):
         "modules_to_not_convert": ["lm_head", "model.layers.0.mlp.gate", "model.layers.5.mlp.gate", "re:.*layers\\.1[0-9]\\..*"],
     }
     root = _with_quant(tmp_path, "qwen3_moe", quant, num_layers=8, num_experts=4, hidden_size=256)
-    inv, plan = plan_for(root, ["2,5"])
+    inv, plan = inventory_and_plan(root, ["2,5"])
     after = plan.new_documents["config.json"]["quantization_config"]["modules_to_not_convert"]
     assert after == ["lm_head", "model.layers.1.mlp.gate", "re:.*layers\\.1[0-9]\\..*"]
     assert any("contains digits" in w.message for w in plan.warnings)
@@ -296,7 +281,7 @@ def test_side_files_are_rewritten_and_copied(tmp_path):
     }
     root = _with_quant(tmp_path, "qwen3_moe", None, side, num_layers=4, num_experts=4, hidden_size=256)
     (root / "tokenizer.json").write_text(json.dumps({"version": "1.0", "model": {"type": "BPE"}, "normalizer": None, "added_tokens": []}))
-    inv, plan = plan_for(root, ["2,3"])
+    inv, plan = inventory_and_plan(root, ["2,3"])
     out = write_dummy(plan, tmp_path / "out").path
     doc = json.loads((out / "hf_quant_config.json").read_text())
     assert doc["quantization"]["quantized_layers"] == {"model.layers.1.self_attn.o_proj": {"quant_algo": "NVFP4"}}
@@ -309,22 +294,22 @@ def test_awq_substring_entries(tmp_path):
     10-13. Renumbering keeps the entry on its layer and warns about such collisions."""
     quant = {"quant_method": "awq", "bits": 4, "group_size": 128, "modules_to_not_convert": ["model.layers.11"]}
     root = _with_quant(tmp_path, "qwen3", quant, num_layers=14, hidden_size=256)
-    inv, plan = plan_for(root, ["0,11"])
+    inv, plan = inventory_and_plan(root, ["0,11"])
     assert plan.new_documents["config.json"]["quantization_config"]["modules_to_not_convert"] == ["model.layers.1"]
     assert not any("substring" in w.message for w in plan.warnings)
-    inv, plan = plan_for(root, ["0-10,11,12"])  # 11 stays 11; 12 layers: no collision
+    inv, plan = inventory_and_plan(root, ["0-10,11,12"])  # 11 stays 11; 12 layers: no collision
     assert plan.new_documents["config.json"]["quantization_config"]["modules_to_not_convert"] == ["model.layers.11"]
-    inv, plan = plan_for(root, ["2"])
+    inv, plan = inventory_and_plan(root, ["2"])
     assert plan.new_documents["config.json"]["quantization_config"]["modules_to_not_convert"] == []
     root2 = _with_quant(tmp_path / "b", "qwen3", dict(quant, modules_to_not_convert=["model.layers.1"]), num_layers=14, hidden_size=256)
-    inv, plan = plan_for(root2, ["0-12"])  # "model.layers.1" now also matches 10, 11, 12
+    inv, plan = inventory_and_plan(root2, ["0-12"])  # "model.layers.1" now also matches 10, 11, 12
     assert any("also matches model.layers.10" in w.message for w in plan.warnings)
 
 
 # --- writing: never overwrite, never inside the source, never partial ------------------
 def test_existing_output_is_never_overwritten(sparse_models, tmp_path):
     root = sparse_models("qwen3")
-    inv, plan = plan_for(root)
+    inv, plan = inventory_and_plan(root)
     out = tmp_path / "taken"
     out.mkdir()
     (out / "keep.txt").write_text("mine")
@@ -340,7 +325,7 @@ def test_existing_output_is_never_overwritten(sparse_models, tmp_path):
 
 def test_output_inside_source_is_refused(sparse_models):
     root = sparse_models("qwen3")
-    inv, plan = plan_for(root)
+    inv, plan = inventory_and_plan(root)
     with pytest.raises(OutputError, match="inside the source"):
         write_dummy(plan, root / "trimmed")
     assert not (root / "trimmed").exists()
@@ -365,7 +350,7 @@ def test_symlinked_assets_are_dereferenced(tmp_path):
     blob = tmp_path / "blob"
     (root / "tokenizer_config.json").rename(blob)
     os.symlink(blob, root / "tokenizer_config.json")
-    inv, plan = plan_for(root)
+    inv, plan = inventory_and_plan(root)
     out = write_dummy(plan, tmp_path / "out").path
     assert not (out / "tokenizer_config.json").is_symlink()
     assert (out / "tokenizer_config.json").read_bytes() == blob.read_bytes()
@@ -373,10 +358,6 @@ def test_symlinked_assets_are_dereferenced(tmp_path):
 
 
 # --- CLI --------------------------------------------------------------------------------
-def run_cli(*args):
-    return subprocess.run([sys.executable, "-m", "mxtrim_tui", *args], capture_output=True, text=True, cwd=REPO, timeout=300)
-
-
 def test_cli_plan_writes_nothing_and_trim_reports_json(sparse_models, tmp_path):
     root = sparse_models("deepseek_v3")
     before = set(tmp_path.iterdir())

@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from engine_support import load_index
 from mxtrim_tui.core.errors import IndexConsistencyError, InputError, SafetensorsFormatError
 from mxtrim_tui.core.source import FileKind, open_source
 from mxtrim_tui.synth.checkpoint import Layout, write_checkpoint
@@ -34,10 +35,6 @@ def small_llama(tmp_path, name="m", shards=3, **kw):
     layout = Layout("tiny-llama", dict(CFG), tensors)
     total = layout.total_bytes
     return write_checkpoint(tmp_path / name, layout, data="random", max_shard_bytes=total // shards + 1, tokenizer=False, **kw)
-
-
-def load_index(root):
-    return json.loads((root / "model.safetensors.index.json").read_text())
 
 
 def save_index(root, doc):

@@ -19,20 +19,19 @@ from pathlib import Path
 import psutil
 import pytest
 
+from engine_support import REPO, cli_argv, plan_for, run_cli, tree_digest
 from mxtrim_tui.core import disk_budget
 from mxtrim_tui.core.disk_budget import check_free_space, estimate_output
-from mxtrim_tui.core.extract_script import SCRIPT_NAME
-from mxtrim_tui.core.inventory import build_inventory
-from mxtrim_tui.core.plan import Selection, build_plan
+from mxtrim_tui.core.extract_script import SCRIPT_NAME, build_extraction
 from mxtrim_tui.core.source import INDEX_NAME, open_source
 from mxtrim_tui.core.structure_check import CHECKED, NOT_CHECKED, PARTIAL, check_structure
-from mxtrim_tui.core.weights_writer import AccountingError, Cancelled, check_accounting, write_weights
+from mxtrim_tui.core.units import DEFAULT_MAX_SHARD_BYTES
+from mxtrim_tui.core.weights_writer import AccountingError, Cancelled, check_accounting, extraction_script, write_weights
 from mxtrim_tui.core.writer import OutputError, write_dummy
 from mxtrim_tui.synth.checkpoint import write_checkpoint
 from mxtrim_tui.synth.layouts import all_layouts
 
 LAYOUTS = all_layouts()
-REPO = Path(__file__).resolve().parent.parent
 
 
 # --- an independent reader: plain file reads, no mxtrim code ----------------------------
@@ -75,19 +74,6 @@ def expected_renames(names, prefix: str, keep: list[int], mtp: tuple[int, int] |
         elif mtp is not None and i == mtp[0]:
             out[f"{prefix}{mtp[1]}.{rest}"] = n
     return out
-
-
-def tree_digest(root: Path) -> dict:
-    out = {}
-    for p in sorted(root.rglob("*")):
-        if p.is_file():
-            st = p.stat()
-            out[str(p.relative_to(root))] = (hashlib.sha256(p.read_bytes()).hexdigest(), st.st_size, st.st_mtime_ns)
-    return out
-
-
-def plan_for(root, keep=None, mtp=None):
-    return build_plan(build_inventory(open_source(root)), Selection.parse(keep, mtp))
 
 
 def run_script(script: Path, source: Path, out: Path, *extra, **kw) -> subprocess.CompletedProcess:
@@ -507,7 +493,7 @@ def _wait_for(proc, kind: str) -> list[dict]:
 def test_sigterm_during_cli_trim_leaves_nothing(big_source, tmp_path):
     before = tree_digest(big_source)
     out = tmp_path / "models" / "llama-weights"
-    cmd = [sys.executable, "-m", "mxtrim_tui", "trim", str(big_source), "--mode", "weights", "--keep", "0,1", "--out", str(out), "--progress"]
+    cmd = cli_argv("trim", str(big_source), "--mode", "weights", "--keep", "0,1", "--out", str(out), "--progress")
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, cwd=REPO)
     events = _wait_for(proc, "tensor")
     proc.send_signal(signal.SIGTERM)
@@ -523,9 +509,11 @@ def test_sigterm_during_cli_trim_leaves_nothing(big_source, tmp_path):
 
 
 def test_sigterm_during_script_removes_partial_output(big_source, tmp_path):
-    result = write_weights(plan_for(big_source, ["0,1"]), tmp_path / "first", structure=False)
+    plan = plan_for(big_source, ["0,1"])
+    script = tmp_path / SCRIPT_NAME
+    script.write_text(extraction_script(plan, build_extraction(plan, DEFAULT_MAX_SHARD_BYTES)))
     again = tmp_path / "again"
-    proc = subprocess.Popen([sys.executable, "-I", str(result.path / SCRIPT_NAME), "--source", str(big_source), "--out", str(again), "--progress"],
+    proc = subprocess.Popen([sys.executable, "-I", str(script), "--source", str(big_source), "--out", str(again), "--progress"],
                             stderr=subprocess.PIPE, text=True)
     _wait_for(proc, "tensor")
     proc.send_signal(signal.SIGTERM)
@@ -558,8 +546,7 @@ def test_cancel_event_stops_and_cleans_up(big_source, tmp_path):
 def test_cli_weights_json(random_source, tmp_path):
     src = random_source("qwen2_5_awq")
     out = tmp_path / "awq"
-    proc = subprocess.run([sys.executable, "-m", "mxtrim_tui", "trim", str(src), "--mode", "weights", "--keep", "0", "--out", str(out),
-                           "--max-shard-size", "1MB", "--json"], capture_output=True, text=True, cwd=REPO)
+    proc = run_cli("trim", str(src), "--mode", "weights", "--keep", "0", "--out", str(out), "--max-shard-size", "1MB", "--json")
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     assert doc["mode"] == "weights" and doc["output"] == str(out)

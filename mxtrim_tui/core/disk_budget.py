@@ -18,7 +18,7 @@ import psutil
 
 from .extract_script import HEAD, LAYER, MTP, OTHER, Extraction, build_extraction
 from .plan import TrimPlan
-from .units import human_bytes
+from .units import DEFAULT_MAX_SHARD_BYTES, human_bytes
 from .writer import asset_files
 
 GiB = 1 << 30
@@ -92,7 +92,7 @@ def estimate_from_extraction(plan: TrimPlan, extraction: Extraction) -> DiskEsti
     )
 
 
-def estimate_output(plan: TrimPlan, max_shard_bytes: int = 5_000_000_000) -> DiskEstimate:
+def estimate_output(plan: TrimPlan, max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES) -> DiskEstimate:
     """What a real-weight trim of ``plan`` will take on disk. Pure: reads no file."""
     return estimate_from_extraction(plan, build_extraction(plan, max_shard_bytes))
 

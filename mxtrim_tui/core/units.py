@@ -1,4 +1,7 @@
-"""Byte formatting shared by the CLI, the TUI and reports."""
+"""Byte sizes and formatting shared by the CLI, the TUI and reports."""
+
+# The largest output shard unless the user says otherwise (huggingface_hub's "5GB").
+DEFAULT_MAX_SHARD_BYTES = 5_000_000_000
 
 
 def human_bytes(n: int | float) -> str:

@@ -49,6 +49,7 @@ from .report import render_report
 from .safetensors_io import read_header
 from .source import INDEX_NAME, open_source
 from .structure_check import StructureResult, check_structure, not_checked
+from .units import DEFAULT_MAX_SHARD_BYTES
 from .writer import (
     OutputError,
     WriteResult,
@@ -388,8 +389,16 @@ def _write_lines_json(path: Path, doc: dict, list_keys: tuple[str, ...]) -> int:
 
 
 # --- the writer ---------------------------------------------------------------------------
+def extraction_script(plan: TrimPlan, extraction: Extraction, digests: dict | None = None) -> str:
+    """The standalone ``extract_weights.py`` that copies ``extraction`` out of the plan's source
+    (``digests``: the source headers' digests, when already at hand)."""
+    if digests is None:
+        digests = source_header_digests(plan.inventory.source)
+    return render_script(extraction, digests, model_name=plan.inventory.model_name)
+
+
 def write_weights(
-    plan: TrimPlan, out: Path, *, max_shard_bytes: int = 5_000_000_000, progress=None, structure: bool = True, cancel=None
+    plan: TrimPlan, out: Path, *, max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES, progress=None, structure: bool = True, cancel=None
 ) -> WeightsWriteResult:
     """Write the real-weight checkpoint of ``plan`` at ``out`` (which must not exist).
 
@@ -420,7 +429,7 @@ def write_weights(
     emit({"event": "stage", "name": "budget", "status": "done", "total_bytes": estimate.total, "free_bytes": free,
           "shards": estimate.shards, "parts": [list(p) for p in estimate.parts]})
     digests = source_header_digests(src)
-    script_text = render_script(extraction, digests, model_name=plan.inventory.model_name)
+    script_text = extraction_script(plan, extraction, digests)
     timings["prepare"] = time.monotonic() - t0
 
     out.parent.mkdir(parents=True, exist_ok=True)
