@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .families.base import CHUNKED, DSA_FULL, DSA_SHARED, FULL, KV_SHARED, LINEAR, MAMBA, MLA, NOPE_GLOBAL, SLIDING
+from .families.base import CHUNKED, DSA_FULL, DSA_SHARED, FULL, KV_SHARED, LINEAR, MAMBA, MLA, NOPE_GLOBAL, SLIDING, first_int
 from .plan import TrimPlan
 
 
@@ -48,13 +48,17 @@ class Budget:
     kv_lines: list[KvLine]
     kv_per_token: int  # all kept layers, per GPU (sliding layers counted at full rate)
     kv_bytes_for_context: int  # one sequence of max_model_len, sliding capped, per GPU
-    state_layers: int  # linear/mamba layers whose per-sequence state is not estimated
     activation_bytes: int
     budget_bytes: int | None
     available_kv_bytes: int | None
     kv_tokens: int | None
     max_concurrency: float | None
     advice: list[str] = field(default_factory=list)
+
+    @property
+    def state_layers(self) -> int:
+        """Linear/Mamba layers, whose per-sequence state is not estimated."""
+        return sum(line.layers for line in self.kv_lines if line.kind in (LINEAR, MAMBA))
 
     @property
     def fits(self) -> bool | None:
@@ -69,32 +73,24 @@ def _text_config(plan: TrimPlan) -> dict:
     return text if isinstance(text, dict) else cfg
 
 
-def _int(cfg: dict, *keys, default=0) -> int:
-    for k in keys:
-        v = cfg.get(k)
-        if isinstance(v, int) and not isinstance(v, bool):
-            return v
-    return default
-
-
 def kv_bytes_per_token(kind: str, cfg: dict, tp: int, dtype_bytes: int) -> tuple[int, str]:
-    heads = _int(cfg, "num_attention_heads", default=1) or 1
-    kv_heads = _int(cfg, "num_key_value_heads", default=heads) or heads
-    head_dim = _int(cfg, "head_dim", default=0) or (_int(cfg, "hidden_size", default=0) // heads)
+    heads = first_int(cfg, "num_attention_heads", default=1) or 1
+    kv_heads = first_int(cfg, "num_key_value_heads", default=heads) or heads
+    head_dim = first_int(cfg, "head_dim", default=0) or (first_int(cfg, "hidden_size", default=0) // heads)
     if kind in (MLA, DSA_FULL, DSA_SHARED):
-        latent = _int(cfg, "kv_lora_rank") + _int(cfg, "qk_rope_head_dim")
+        latent = first_int(cfg, "kv_lora_rank", default=0) + first_int(cfg, "qk_rope_head_dim", default=0)
         n = latent * dtype_bytes
         note = "MLA latent, replicated on every TP rank"
         if kind in (DSA_FULL, DSA_SHARED) and cfg.get("index_head_dim"):
-            idx = _int(cfg, "index_head_dim")
+            idx = first_int(cfg, "index_head_dim", default=0)
             n += idx + 4 * max(1, idx // 128)  # FP8 keys + one FP32 scale per 128
             note += " + indexer key cache"
         return n, note
-    if kind in (FULL, SLIDING, CHUNKED, NOPE_GLOBAL, KV_SHARED):
-        per_rank = max(1, kv_heads // tp) if kv_heads >= tp else 1
+    if kind == KV_SHARED:
+        return 0, "reuses another layer's KV"
+    if kind in (FULL, SLIDING, CHUNKED, NOPE_GLOBAL):
+        per_rank = max(1, kv_heads // tp)
         note = "" if kv_heads >= tp else f"{kv_heads} KV heads replicated over TP={tp}"
-        if kind == KV_SHARED:
-            return 0, "reuses another layer's KV"
         return 2 * per_rank * head_dim * dtype_bytes, note
     return 0, "recurrent state per sequence (not estimated)"
 
@@ -107,15 +103,12 @@ def compute_budget(plan: TrimPlan, inputs: BudgetInputs) -> Budget:
     lines: dict[str, KvLine] = {}
     total_per_token = 0
     context_bytes = 0
-    state_layers = 0
-    window = _int(cfg, "sliding_window", default=0)
-    chunk = _int(cfg, "attention_chunk_size", default=0)
+    window = first_int(cfg, "sliding_window", default=0)
+    chunk = first_int(cfg, "attention_chunk_size", default=0)
     for m in plan.mappings:
         if m.submodel not in ("text", "mtp"):
             continue
         kind = m.kind.attention
-        if kind in (LINEAR, MAMBA):
-            state_layers += 1
         n, note = kv_bytes_per_token(kind, cfg, tp, inputs.kv_dtype_bytes)
         line = lines.setdefault(kind, KvLine(kind, 0, n, note))
         line.layers += 1
@@ -128,9 +121,9 @@ def compute_budget(plan: TrimPlan, inputs: BudgetInputs) -> Budget:
         context_bytes += n * tokens
     # vLLM V1 prefills in chunks: the profiling batch is max_num_batched_tokens (default 8192).
     batched = inputs.max_num_batched_tokens or min(inputs.max_model_len, 8192)
-    hidden = _int(cfg, "hidden_size", default=0)
-    inter = max(_int(cfg, "intermediate_size", default=0), _int(cfg, "moe_intermediate_size", default=0))
-    vocab = _int(cfg, "vocab_size", default=0)
+    hidden = first_int(cfg, "hidden_size", default=0)
+    inter = max(first_int(cfg, "intermediate_size", default=0), first_int(cfg, "moe_intermediate_size", default=0))
+    vocab = first_int(cfg, "vocab_size", default=0)
     # Rough peak of vLLM's profiling forward pass: hidden states and MLP intermediates for
     # the batched tokens, plus logits of the sampled positions.
     activation = batched * (4 * hidden + 2 * inter) * 2 // tp + inputs.max_num_seqs * vocab * 4
@@ -142,7 +135,7 @@ def compute_budget(plan: TrimPlan, inputs: BudgetInputs) -> Budget:
             kv_tokens = max(0, available) // total_per_token
             conc = kv_tokens / inputs.max_model_len
     b = Budget(
-        inputs, weights, per_gpu, list(lines.values()), total_per_token, context_bytes, state_layers, activation,
+        inputs, weights, per_gpu, list(lines.values()), total_per_token, context_bytes, activation,
         budget_bytes, available, kv_tokens, conc,
     )
     b.advice = advise(b)

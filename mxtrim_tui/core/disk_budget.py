@@ -10,7 +10,6 @@ cross-device copy would not keep is worse than a conservative one.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,7 +18,7 @@ import psutil
 from .extract_script import HEAD, LAYER, MTP, OTHER, Extraction, build_extraction
 from .plan import TrimPlan
 from .units import DEFAULT_MAX_SHARD_BYTES, human_bytes
-from .writer import asset_files
+from .writer import asset_files, json_text
 
 GiB = 1 << 30
 MARGIN_MIN = 1 * GiB  # never fill a filesystem to the last byte...
@@ -39,8 +38,7 @@ class DiskEstimate:
 
 
 def _json_size(doc: dict) -> int:
-    # The writers' format: indent=2, UTF-8, final newline.
-    return len((json.dumps(doc, indent=2, ensure_ascii=False) + "\n").encode("utf-8"))
+    return len(json_text(doc).encode("utf-8"))
 
 
 def estimate_from_extraction(plan: TrimPlan, extraction: Extraction) -> DiskEstimate:
@@ -73,7 +71,7 @@ def estimate_from_extraction(plan: TrimPlan, extraction: Extraction) -> DiskEsti
 
     header_bytes = extraction.header_bytes
     rows.append((f"safetensors headers ({len(extraction.shards)} shard{'s' if len(extraction.shards) != 1 else ''})", header_bytes))
-    index = extraction.index_text()
+    index = extraction.index_text
     if index is not None:
         rows.append(("model.safetensors.index.json", len(index.encode("utf-8"))))
     docs = sum(_json_size(doc) for doc in plan.new_documents.values())

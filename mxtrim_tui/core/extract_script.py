@@ -24,6 +24,7 @@ import hashlib
 import importlib.metadata
 import json
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 from .plan import TrimPlan
@@ -118,8 +119,10 @@ class Extraction:
     def needed_source_files(self) -> list[str]:
         return sorted({t.source_file for t in self.tensors})
 
+    @cached_property
     def index_text(self) -> str | None:
-        """``model.safetensors.index.json`` as written: only for more than one shard."""
+        """``model.safetensors.index.json`` as written: only for more than one shard (built
+        once: the disk estimate, the writer and the verification all need it)."""
         if len(self.shards) < 2:
             return None
         return index_text({t.name: s.file for s in self.shards for t in s.tensors}, self.tensor_bytes)

@@ -8,7 +8,7 @@ with the reason, like nvitop does. Process names come from psutil when the PID i
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 
 @dataclass(frozen=True)
@@ -27,7 +27,6 @@ class GpuInfo:
     free_bytes: int | None
     utilization_pct: int | None = None
     processes: tuple[GpuProcess, ...] = ()
-    uuid: str = ""
 
 
 @dataclass(frozen=True)
@@ -60,11 +59,6 @@ def _nvml_probe(nv) -> GpuProbe:
             name = nv.nvmlDeviceGetName(h)
             name = name.decode() if isinstance(name, bytes) else str(name)
             try:
-                uuid = nv.nvmlDeviceGetUUID(h)
-                uuid = uuid.decode() if isinstance(uuid, bytes) else str(uuid)
-            except nv.NVMLError:
-                uuid = ""
-            try:
                 mem = nv.nvmlDeviceGetMemoryInfo(h)
                 total, used, free = int(mem.total), int(mem.used), int(mem.free)
             except nv.NVMLError:  # UMA devices (GB10) have no dedicated framebuffer
@@ -81,7 +75,7 @@ def _nvml_probe(nv) -> GpuProbe:
                         procs.append(GpuProcess(int(p.pid), _process_name(int(p.pid)), int(used_mem) if used_mem else None))
                 except (nv.NVMLError, AttributeError):
                     pass
-            gpus.append(GpuInfo(i, name, total, used, free, util, tuple(procs), uuid))
+            gpus.append(GpuInfo(i, name, total, used, free, util, tuple(procs)))
         return GpuProbe("nvidia", True, "", tuple(gpus), driver, os.environ.get("CUDA_VISIBLE_DEVICES"))
     finally:
         try:
@@ -112,7 +106,7 @@ def probe_metax() -> GpuProbe:
         # Releases expose an NVML-compatible surface; use it when present.
         if hasattr(mx, "nvmlInit"):
             probe = _nvml_probe(mx)
-            return GpuProbe("metax", probe.available, probe.reason, probe.gpus, probe.driver, os.environ.get("MACA_VISIBLE_DEVICES"))
+            return replace(probe, vendor="metax", visible_devices=os.environ.get("MACA_VISIBLE_DEVICES"))
         return GpuProbe("metax", False, "pymxml found but its API is not recognised")
     except Exception as exc:  # noqa: BLE001
         return GpuProbe("metax", False, f"pymxml unavailable: {exc}")

@@ -24,12 +24,13 @@ from __future__ import annotations
 
 import re
 import warnings
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .inventory import SCALE_SUFFIXES
 from .plan import TrimPlan
-from .source import open_source
+from .source import ModelSource, open_source
 
 CHECKED = "checked"
 PARTIAL = "partially checked"
@@ -136,9 +137,10 @@ def _model_class(transformers, cfg):
     return None, None
 
 
-def check_structure(out_dir: str | Path, plan: TrimPlan) -> StructureResult:
+def check_structure(out_dir: str | Path, plan: TrimPlan, written: ModelSource | None = None) -> StructureResult:
     """Build the reduced model on ``meta`` from ``out_dir``'s config and load the written
-    checkpoint's shapes into it with transformers' own key conversions."""
+    checkpoint's shapes into it with transformers' own key conversions. ``written``: the
+    output already read (the writer's verification has it), else it is read here."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -156,14 +158,14 @@ def check_structure(out_dir: str | Path, plan: TrimPlan) -> StructureResult:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return _check(torch, transformers, out_dir, plan)
+            return _check(torch, transformers, out_dir, plan, written)
     finally:
         hf_logging.set_verbosity(verbosity)
         if bars:
             hf_logging.enable_progress_bar()
 
 
-def _check(torch, transformers, out_dir: Path, plan: TrimPlan) -> StructureResult:
+def _check(torch, transformers, out_dir: Path, plan: TrimPlan, written: ModelSource | None) -> StructureResult:
     try:
         # trust_remote_code=False: never run the model's own code, and never stop to ask
         # (transformers otherwise prompts on stdin for auto_map configs).
@@ -192,21 +194,21 @@ def _check(torch, transformers, out_dir: Path, plan: TrimPlan) -> StructureResul
     name = type(model).__name__
     expected = model.state_dict()
 
-    written = open_source(out_dir)
+    if written is None:
+        written = open_source(out_dir)
     quantized = plan.inventory.quantization is not None
     mtp = _mtp_names(plan)
-    feed, ignored = {}, {}
+    feed: dict = {}
+    ignored: Counter = Counter()  # reason -> tensors not compared, in the order first met
     packed: set[str] = set()
     for t in written.iter_tensors():
         if t.name in mtp:
-            ignored["MTP / draft heads (transformers builds none; vLLM loads them)"] = ignored.get(
-                "MTP / draft heads (transformers builds none; vLLM loads them)", 0) + 1
+            ignored["MTP / draft heads (transformers builds none; vLLM loads them)"] += 1
         elif quantized and _is_quant_side(t.name):
             packed.add(t.name)
-            ignored["quantization scales / packed weights (model built unquantized)"] = ignored.get(
-                "quantization scales / packed weights (model built unquantized)", 0) + 1
+            ignored["quantization scales / packed weights (model built unquantized)"] += 1
         elif _ROTARY.search(t.name):
-            ignored["rotary inv_freq buffers (recomputed)"] = ignored.get("rotary inv_freq buffers (recomputed)", 0) + 1
+            ignored["rotary inv_freq buffers (recomputed)"] += 1
         else:
             feed[t.name] = torch.empty(t.shape, dtype=_torch_dtype(torch, t.dtype), device="meta")
 
@@ -239,7 +241,7 @@ def _check(torch, transformers, out_dir: Path, plan: TrimPlan) -> StructureResul
     details += [f"shape mismatch: `{n}` checkpoint {list(a)} vs model {list(b)}" for n, a, b in mismatched[:20]]
     return StructureResult(
         status, summary, tuple(details), name, len(expected), len(feed),
-        tuple(missing), tuple(unexpected), tuple(mismatched), ignored, config_loaded=True,
+        tuple(missing), tuple(unexpected), tuple(mismatched), dict(ignored), config_loaded=True,
     )
 
 

@@ -31,6 +31,7 @@ import subprocess
 import sys
 import threading
 import time
+from bisect import bisect_left
 from collections import Counter, deque
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
@@ -47,7 +48,7 @@ from .extract_script import (
 from .plan import TrimPlan
 from .report import render_report
 from .safetensors_io import read_header
-from .source import INDEX_NAME, open_source
+from .source import INDEX_NAME, ModelSource, open_source
 from .structure_check import StructureResult, check_structure, not_checked
 from .units import DEFAULT_MAX_SHARD_BYTES
 from .writer import (
@@ -257,7 +258,7 @@ def hash_range(path: Path, begin: int, end: int) -> str:
     return h.hexdigest()
 
 
-def verify_output(plan: TrimPlan, extraction: Extraction, tmp: Path, emit, cancel=None) -> tuple[dict, list[dict]]:
+def verify_output(plan: TrimPlan, extraction: Extraction, tmp: Path, emit, cancel=None) -> tuple[dict, list[dict], ModelSource]:
     """Check the written shards against the plan; return (integrity summary, manifest rows).
     Raises VerificationError on the first disagreement."""
     src = plan.inventory.source
@@ -284,7 +285,7 @@ def verify_output(plan: TrimPlan, extraction: Extraction, tmp: Path, emit, cance
 
     # 2. the index: exact text when sharded, absent otherwise; open_source cross-checks it
     index_path = tmp / INDEX_NAME
-    expected_index = extraction.index_text()
+    expected_index = extraction.index_text
     if expected_index is None:
         if index_path.exists():
             fail(index_path, "a single-shard output must not have an index")
@@ -304,11 +305,14 @@ def verify_output(plan: TrimPlan, extraction: Extraction, tmp: Path, emit, cance
         missing, extra = sorted(want - out_names), sorted(out_names - want)
         fail(tmp, f"output tensors differ from the plan: missing {missing[:5]}, unexpected {extra[:5]}")
     layers = 0
+    layer_of = {(sub, l.name): l for sub, sm in plan.inventory.submodels.items() for l in sm.layers}
+    ordered = sorted(out_names)  # a layer's names are one run: from "<prefix>." up to "<prefix>/"
     for m in plan.mappings:
-        layer = next(l for l in plan.inventory.submodels[m.submodel].layers if l.name == m.old_name)
+        layer = layer_of[(m.submodel, m.old_name)]
         old_rest = sorted(t[len(m.old_name) + 1:] for t in layer.tensors)
         new_prefix = m.new_name + "."
-        new_rest = sorted(n[len(new_prefix):] for n in out_names if n.startswith(new_prefix))
+        run = ordered[bisect_left(ordered, new_prefix) : bisect_left(ordered, m.new_name + "/")]
+        new_rest = [n[len(new_prefix):] for n in run]
         if old_rest != new_rest:
             fail(tmp, f"{m.submodel} layer {m.old} → {m.new_name}: {len(new_rest)} tensors written, the source layer has {len(old_rest)}")
         layers += 1
@@ -371,7 +375,7 @@ def verify_output(plan: TrimPlan, extraction: Extraction, tmp: Path, emit, cance
         "dropped_reasons": dict(sorted(dropped_reasons.items())),
         "dropped_bytes": sum(src.tensor(t).nbytes for t, _ in plan.dropped),
     }
-    return integrity, rows
+    return integrity, rows, written
 
 
 def _write_lines_json(path: Path, doc: dict, list_keys: tuple[str, ...]) -> int:
@@ -448,7 +452,7 @@ def write_weights(
         for shard in extraction.shards:
             files.append({"path": shard.file, "kind": "weights", "bytes": shard.file_bytes,
                           "from": f"{len(shard.tensors)} tensors extracted by {SCRIPT_NAME}"})
-        index = extraction.index_text()
+        index = extraction.index_text
         if index is not None:
             files.append({"path": INDEX_NAME, "kind": "weight index", "bytes": len(index.encode()), "from": f"written by {SCRIPT_NAME}"})
         files.append({"path": SCRIPT_NAME, "kind": "extraction script", "bytes": len(script_text.encode()),
@@ -462,14 +466,14 @@ def write_weights(
                 f["detail"] = "replaced by the extracted shards" + (" and their index" if len(extraction.shards) > 1 else "")
 
         t0 = time.monotonic()
-        integrity, rows = verify_output(plan, extraction, tmp, emit, cancel)
+        integrity, rows, written = verify_output(plan, extraction, tmp, emit, cancel)
         emit({"event": "stage", "name": "verify", "status": "done", "tensors": integrity["tensors"], "hashes_matched": integrity["hashes_matched"]})
         timings["verify"] = time.monotonic() - t0
 
         _check_cancel(cancel)
         t0 = time.monotonic()
         emit({"event": "stage", "name": "structure", "status": "start"})
-        result = check_structure(tmp, plan) if structure else not_checked("skipped (structure=False)")
+        result = check_structure(tmp, plan, written) if structure else not_checked("skipped (structure=False)")
         emit({"event": "stage", "name": "structure", "status": "done", "result": result.status, "summary": result.summary})
         timings["structure"] = time.monotonic() - t0
         _check_cancel(cancel)
@@ -495,10 +499,8 @@ def write_weights(
             "integrity": integrity,
             "structure": result,
             "copy_method": done.get("method"),
-            "estimate": estimate,
             "script": SCRIPT_NAME,
             "manifest": MANIFEST_NAME,
-            "seconds": {k: round(v, 3) for k, v in timings.items()},
         }
         readme = render_report(plan, out, "weights", files, not_copied, weights=weights_info)
         (tmp / "README.md").write_text(readme, encoding="utf-8")

@@ -70,8 +70,13 @@ def check_output_dir(out: Path, source_root: Path) -> None:
         raise OutputError(out, f"would contain the source model directory {source_root}")
 
 
+def json_text(doc: dict) -> str:
+    """How every JSON document mxtrim writes is spelled: indent 2, UTF-8, a final newline."""
+    return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
+
+
 def write_json(path: Path, doc: dict) -> int:
-    text = json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
+    text = json_text(doc)
     path.write_text(text, encoding="utf-8")
     return len(text.encode("utf-8"))
 
@@ -115,8 +120,9 @@ def write_documents_and_assets(plan: TrimPlan, target: Path, emit, total_files: 
             dest.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(src.root / f.path, dest)  # follows symlinks: a portable copy
             origin = "copied" + (f" (symlink → {f.symlink_target} dereferenced)" if f.symlink_target else "")
-            files.append({"path": f.path, "kind": f.kind.value, "bytes": dest.stat().st_size, "from": origin})
-            emit({"event": "file", "path": f.path, "bytes": dest.stat().st_size, "done_files": len(files), "total_files": total_files})
+            size = dest.stat().st_size
+            files.append({"path": f.path, "kind": f.kind.value, "bytes": size, "from": origin})
+            emit({"event": "file", "path": f.path, "bytes": size, "done_files": len(files), "total_files": total_files})
         else:
             detail = f"{f.detail + '; ' if f.detail else ''}name taken by mxtrim's own output" if f.kind in ASSET_KINDS else f.detail
             not_copied.append({"path": f.path, "kind": f.kind.value, "detail": detail})

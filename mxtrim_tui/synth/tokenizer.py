@@ -96,12 +96,15 @@ def build_tokenizer_json(vocab_size: int = 512) -> str:
             ),
         ]
     )
-    doc = json.loads(tok.to_str())
-    return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
+    return _json_text(json.loads(tok.to_str()))
+
+
+def _json_text(obj: dict) -> str:
+    return json.dumps(obj, indent=2, ensure_ascii=False) + "\n"
 
 
 def _dump(path: Path, obj: dict) -> None:
-    path.write_text(json.dumps(obj, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    path.write_text(_json_text(obj), encoding="utf-8")
 
 
 def write_tokenizer(
