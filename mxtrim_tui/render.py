@@ -23,12 +23,14 @@ def group_style(group_id: int) -> str:
     return PALETTE[group_id % len(PALETTE)]
 
 
-def layer_strip(inv: Inventory, submodel: str, width: int = 64) -> Text:
+def layer_strip(inv: Inventory, submodel: str, width: int = 64, indent: str = "") -> Text:
+    """One symbol per layer, coloured by group, ``width`` to a line (``indent`` before each
+    line after the first)."""
     sm = inv.submodels[submodel]
     text = Text()
     for n, layer in enumerate(sm.layers):
         if n and n % width == 0:
-            text.append("\n")
+            text.append("\n" + indent)
         g = inv.groups[layer.group]
         text.append(g.symbol, style=f"bold {group_style(g.id)}")
     return text
@@ -73,7 +75,7 @@ def render_inventory(inv: Inventory, console: Console) -> None:
         groups.add_column(col, justify=just, overflow="fold")
     for g in inv.groups:
         k = g.kind
-        mlp = f"{k.mlp}×{k.experts}" if k.experts else k.mlp
+        mlp = k.mlp_label
         kind = Text.assemble((f"{g.submodel}: ", "dim"), f"{k.attention} · {mlp}")
         if k.special:
             kind.append("\n+ " + ", ".join(k.special), style="dim")

@@ -75,9 +75,13 @@ class LayerKind:
     weight_dtypes: tuple[str, ...] = ()
 
     @property
+    def mlp_label(self) -> str:
+        """The MLP kind, with the expert count for MoE layers (the only ones that have one)."""
+        return f"{self.mlp}×{self.experts}" if self.experts else self.mlp
+
+    @property
     def label(self) -> str:
-        mlp = f"{self.mlp}×{self.experts}" if self.mlp in (MOE, HASH_MOE) and self.experts else self.mlp
-        parts = [self.attention, mlp]
+        parts = [self.attention, self.mlp_label]
         if self.weight_dtypes:
             parts.append("/".join(self.weight_dtypes))
         return " · ".join(parts)

@@ -101,10 +101,6 @@ class SafetensorsHeader:
             )
         return self._tensors
 
-    def entries(self):
-        """Iterate ``(name, dtype, shape, begin, end)`` without building TensorInfo objects."""
-        return zip(self.names, self.dtypes, self.shapes, self.begins, self.ends)
-
     def __len__(self) -> int:
         return len(self.names)
 

@@ -37,9 +37,12 @@ class StepBar(Static):
 
 
 class WizardScreen(Screen):
-    """A step of the wizard. Subclasses set STEP and HELP and implement ``refresh_view``."""
+    """A step of the wizard. Subclasses set STEP and HELP and implement ``refresh_view``,
+    which runs each time the screen is shown (the first time included); the screen's id is
+    its STEP and its title the step's label."""
 
     STEP = "source"
+    TITLE_TEXT = "Source"
     HELP = ""
     BINDINGS = [
         Binding("1", "app.goto('source')", "Source", show=False, id="step.source"),
@@ -51,6 +54,13 @@ class WizardScreen(Screen):
         Binding("ctrl+n", "app.next_step", "Next", id="step.next"),
         Binding("ctrl+b", "app.previous_step", "Back", id="step.back"),
     ]
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.TITLE_TEXT = dict(STEPS)[cls.STEP]
+
+    def __init__(self) -> None:
+        super().__init__(id=self.STEP)
 
     def compose_header(self) -> ComposeResult:
         yield Header(show_clock=False)

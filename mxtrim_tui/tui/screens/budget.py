@@ -44,7 +44,6 @@ def output_bytes(state) -> int:
 
 class BudgetScreen(WizardScreen):
     STEP = "budget"
-    TITLE_TEXT = "Budget"
     HELP = (
         "Disk: what the output will take against the free space where it goes. GPU: each visible "
         "device's memory and the processes using it (NVML on NVIDIA, pymxml on MetaX; refreshed "
@@ -55,7 +54,7 @@ class BudgetScreen(WizardScreen):
     BINDINGS = [Binding("ctrl+r", "refresh_gpus", "Refresh GPUs", id="budget.refresh")]
 
     def __init__(self) -> None:
-        super().__init__(id="budget")
+        super().__init__()
         self.probe = None
 
     def compose(self) -> ComposeResult:
@@ -83,7 +82,6 @@ class BudgetScreen(WizardScreen):
         self.query_one("#gpu-table", DataTable).add_columns("#", "name", "memory used / total", "free", "processes")
         self.refresh_gpus()
         self.set_interval(GPU_REFRESH_SECONDS, self.refresh_gpus)
-        self.refresh_view()
 
     def refresh_view(self) -> None:
         st = self.app.state

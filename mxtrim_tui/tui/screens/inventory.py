@@ -10,21 +10,18 @@ from textual.containers import Vertical
 from textual.widgets import DataTable, Input, Static, TabbedContent, TabPane
 
 from ...core.units import human_bytes, index_ranges
-from ...render import group_style
+from ...render import group_style, layer_strip
 from .base import WizardScreen
 
 
 def strip_text(inv, width: int = 64) -> Text:
+    """Every submodel's layer strip under its name."""
     text = Text()
     for sm in inv.submodels.values():
         if not sm.layers:
             continue
         text.append(f"{sm.name:>6} ", style="bold")
-        for n, layer in enumerate(sm.layers):
-            if n and n % width == 0:
-                text.append("\n       ")
-            g = inv.groups[layer.group]
-            text.append(g.symbol, style=f"bold {group_style(g.id)}")
+        text.append(layer_strip(inv, sm.name, width, indent=" " * 7))
         text.append("\n")
     text.rstrip()
     return text
@@ -32,7 +29,6 @@ def strip_text(inv, width: int = 64) -> Text:
 
 class InventoryScreen(WizardScreen):
     STEP = "inventory"
-    TITLE_TEXT = "Inventory"
     HELP = (
         "Every layer with the kind the runtime builds (attention · MLP), special modules, weight "
         "dtypes, tensor count and exact bytes. The strip shows one symbol per layer (its group). "
@@ -46,7 +42,7 @@ class InventoryScreen(WizardScreen):
     ]
 
     def __init__(self) -> None:
-        super().__init__(id="inventory")
+        super().__init__()
         self._shown_for = None
 
     def compose(self) -> ComposeResult:
@@ -71,7 +67,6 @@ class InventoryScreen(WizardScreen):
         g.add_columns("", "sub", "kind", "special", "n", "layers", "bytes")
         p = self.query_one("#part-table", DataTable)
         p.add_columns("submodel", "part", "tensors", "bytes")
-        self.refresh_view()
 
     def refresh_view(self) -> None:
         inv = self.app.state.inventory
@@ -86,7 +81,7 @@ class InventoryScreen(WizardScreen):
         groups.clear()
         for grp in inv.groups:
             k = grp.kind
-            mlp = f"{k.mlp}×{k.experts}" if k.experts else k.mlp
+            mlp = k.mlp_label
             groups.add_row(
                 Text(grp.symbol, style=f"bold {group_style(grp.id)}"),
                 grp.submodel,
@@ -117,7 +112,7 @@ class InventoryScreen(WizardScreen):
         for sm in inv.submodels.values():
             for layer in sm.layers:
                 k = layer.kind
-                mlp = f"{k.mlp}×{k.experts}" if k.experts else k.mlp
+                mlp = k.mlp_label
                 row = (sm.name, str(layer.index), k.attention, mlp, ", ".join(k.special), "/".join(k.weight_dtypes))
                 if needle and not any(needle in str(c).lower() for c in row):
                     continue

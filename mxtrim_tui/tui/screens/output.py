@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 from rich.table import Table
@@ -19,13 +18,8 @@ from .base import WizardScreen
 from .budget import output_bytes
 
 
-def weights_available() -> bool:
-    return importlib.util.find_spec("mxtrim_tui.core.weights_writer") is not None
-
-
 class OutputScreen(WizardScreen):
     STEP = "output"
-    TITLE_TEXT = "Output"
     HELP = (
         "Dummy: config + tokenizer assets for `vllm serve --load-format dummy`. Real weights: the "
         "kept tensors copied byte-exact into new shards with a reproducible extraction script. "
@@ -34,28 +28,17 @@ class OutputScreen(WizardScreen):
     )
     BINDINGS = [Binding("ctrl+s", "write", "Write", id="output.write")]
 
-    def __init__(self) -> None:
-        super().__init__(id="output")
-
     def compose(self) -> ComposeResult:
         yield from self.compose_header()
         with Vertical(id="output-body"):
             yield Label("Mode")
             with RadioSet(id="mode"):
                 yield RadioButton("Dummy (config + tokenizer, --load-format dummy)", value=True, id="mode-dummy")
-                yield RadioButton(
-                    "Real weights (byte-exact shards + extraction script)"
-                    + ("" if weights_available() else " — not available yet"),
-                    id="mode-weights",
-                    disabled=not weights_available(),
-                )
+                yield RadioButton("Real weights (byte-exact shards + extraction script)", id="mode-weights")
             yield Label("Output directory")
             yield Input(id="out-path")
             yield Static("", id="output-summary")
         yield from self.compose_footer()
-
-    def on_mount(self) -> None:
-        self.refresh_view()
 
     def refresh_view(self) -> None:
         st = self.app.state

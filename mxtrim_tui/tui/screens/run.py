@@ -54,7 +54,6 @@ class ChildExited(Message):
 
 class RunScreen(WizardScreen):
     STEP = "run"
-    TITLE_TEXT = "Run"
     HELP = (
         "The trim runs as a child process — the same `mxtrim trim` the CLI offers — and its "
         "progress and log stream here (stdout plain, stderr yellow; the log follows the end only "
@@ -67,7 +66,7 @@ class RunScreen(WizardScreen):
     ]
 
     def __init__(self) -> None:
-        super().__init__(id="run")
+        super().__init__()
         self.process: subprocess.Popen | None = None
         self.progress = RunProgress()
         self._cancelled = False
@@ -92,9 +91,6 @@ class RunScreen(WizardScreen):
 
     def on_mount(self) -> None:
         self.query_one("#run-log", RichLog).anchor()
-
-    def refresh_view(self) -> None:
-        pass
 
     @property
     def running(self) -> bool:

@@ -20,7 +20,6 @@ from .base import WizardScreen
 
 class SelectionScreen(WizardScreen):
     STEP = "selection"
-    TITLE_TEXT = "Selection"
     HELP = (
         "Space toggles the highlighted layer; `a` returns to the automatic minimal set (every "
         "distinct layer type, dependencies satisfied); `m` keeps or drops the MTP / draft heads; "
@@ -36,7 +35,7 @@ class SelectionScreen(WizardScreen):
     ]
 
     def __init__(self) -> None:
-        super().__init__(id="selection")
+        super().__init__()
         self._shown_for = None
 
     def compose(self) -> ComposeResult:
@@ -59,7 +58,6 @@ class SelectionScreen(WizardScreen):
 
     def on_mount(self) -> None:
         self.query_one("#keep-table", DataTable).add_columns("keep", "", "sub", "#", "kind", "bytes")
-        self.refresh_view()
 
     def refresh_view(self) -> None:
         st = self.app.state
@@ -94,7 +92,7 @@ class SelectionScreen(WizardScreen):
                 on_ = layer.index in (plan.kept.get(sm.name, ())) if sm.name != "mtp" else plan.mtp_kept
                 g = inv.groups[layer.group]
                 k = layer.kind
-                mlp = f"{k.mlp}×{k.experts}" if k.experts else k.mlp
+                mlp = k.mlp_label
                 table.add_row(
                     Text("[x]" if on_ else "[ ]", style="bold green" if on_ else "dim"),
                     Text(g.symbol, style=f"bold {group_style(g.id)}"),

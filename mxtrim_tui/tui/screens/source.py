@@ -87,7 +87,6 @@ def source_summary(inv) -> Table:
 
 class SourceScreen(WizardScreen):
     STEP = "source"
-    TITLE_TEXT = "Source"
     HELP = (
         "Type or complete a model directory path (→ accepts the suggestion) and press Enter, "
         "or pick a directory in the tree, or a recent source. mxtrim reads config.json, every "
@@ -100,7 +99,7 @@ class SourceScreen(WizardScreen):
     ]
 
     def __init__(self, tree_root: Path | None = None) -> None:
-        super().__init__(id="source")
+        super().__init__()
         self.tree_root = tree_root or Path.cwd()
 
     def compose(self) -> ComposeResult:
@@ -124,7 +123,6 @@ class SourceScreen(WizardScreen):
         items = load_recent()
         recent.add_options([Option(p, id=p) for p in items] or [Option("(none yet)", disabled=True)])
         self.query_one("#path", Input).focus()
-        self.refresh_view()
 
     def refresh_view(self) -> None:
         st = self.app.state
