@@ -4,7 +4,6 @@ live GPU occupancy (refreshed in a worker, never blocking)."""
 from __future__ import annotations
 
 from dataclasses import replace
-from pathlib import Path
 
 from rich.table import Table
 from rich.text import Text
@@ -91,8 +90,9 @@ class BudgetScreen(WizardScreen):
             disk.update("Choose layers first (step 3).")
             view.update("")
             return
-        target = (st.output_path or st.workspace).resolve()
-        probe_dir = next((p for p in [target, *target.parents] if p.exists()), Path("/"))
+        from ...core.disk_budget import existing_ancestor  # psutil and the extraction planner: when first needed
+
+        probe_dir = existing_ancestor((st.output_path or st.workspace).resolve())
         free = self.app.disk_usage(probe_dir).free
         need = output_bytes(st)
         t = Table.grid(padding=(0, 1))
