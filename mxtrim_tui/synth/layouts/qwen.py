@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from ..checkpoint import Layout, TensorSpec
 from .common import fit_token_ids, heads_for, kv_heads_for, pick, scaled, set_existing
-from .deepseek import LinearStore, gated_mlp
-
-BF16 = LinearStore("plain", "BF16")
+from .deepseek import PLAIN_BF16, LinearStore, gated_mlp
 
 
 def qwen_attention(p: str, *, hidden: int, heads: int, kv_heads: int, head_dim: int,
@@ -277,7 +275,7 @@ def qwen2(*, num_layers=None, hidden_size=None, intermediate_size=None, vocab_si
     ``num_experts`` is accepted for a uniform signature and must be None."""
     if num_experts is not None:
         raise ValueError("qwen2 is dense")
-    return _dense("qwen2", _qwen25_7b_config(), lin=BF16, dtype="BF16", bias=True, qk_norm=False,
+    return _dense("qwen2", _qwen25_7b_config(), lin=PLAIN_BF16, dtype="BF16", bias=True, qk_norm=False,
                   max_shard_bytes=4_000_000_000, num_layers=num_layers, hidden_size=hidden_size,
                   intermediate_size=intermediate_size, vocab_size=vocab_size,
                   num_attention_heads=num_attention_heads, num_key_value_heads=num_key_value_heads,
@@ -292,7 +290,7 @@ def qwen3(*, num_layers=None, hidden_size=None, intermediate_size=None, vocab_si
         raise ValueError("qwen3 is dense")
     cfg = _qwen3_config(hidden=4096, inter=12288, layers=36, heads=32, kv=8, tied=False,
                         max_window_layers=36)
-    return _dense("qwen3", cfg, lin=BF16, dtype="BF16", bias=False, qk_norm=True,
+    return _dense("qwen3", cfg, lin=PLAIN_BF16, dtype="BF16", bias=False, qk_norm=True,
                   max_shard_bytes=4_000_000_000, num_layers=num_layers, hidden_size=hidden_size,
                   intermediate_size=intermediate_size, vocab_size=vocab_size,
                   num_attention_heads=num_attention_heads, num_key_value_heads=num_key_value_heads,
@@ -308,7 +306,7 @@ def qwen3_small_tied(*, num_layers=None, hidden_size=None, intermediate_size=Non
         raise ValueError("qwen3 is dense")
     cfg = _qwen3_config(hidden=1024, inter=3072, layers=28, heads=16, kv=8, tied=True,
                         max_window_layers=28)
-    return _dense("qwen3_small_tied", cfg, lin=BF16, dtype="BF16", bias=False, qk_norm=True,
+    return _dense("qwen3_small_tied", cfg, lin=PLAIN_BF16, dtype="BF16", bias=False, qk_norm=True,
                   max_shard_bytes=5_000_000_000, num_layers=num_layers, hidden_size=hidden_size,
                   intermediate_size=intermediate_size, vocab_size=vocab_size,
                   num_attention_heads=num_attention_heads, num_key_value_heads=num_key_value_heads,
@@ -357,15 +355,15 @@ def _moe(name: str, cfg: dict, *, bias: bool, qk_norm: bool, max_shard_bytes: in
     for i in range(layers):
         p = f"model.layers.{i}."
         t.append((p + "input_layernorm.weight", "BF16", (hidden,)))
-        t += qwen_attention(p, hidden=hidden, heads=heads, kv_heads=kv, head_dim=hd, lin=BF16,
+        t += qwen_attention(p, hidden=hidden, heads=heads, kv_heads=kv, head_dim=hd, lin=PLAIN_BF16,
                             bias=bias, qk_norm=qk_norm, norm_dtype="BF16")
         t.append((p + "post_attention_layernorm.weight", "BF16", (hidden,)))
         sparse = i not in dense_layers and experts > 0 and (i + 1) % step == 0
         if sparse:
             t += qwen_moe(p, hidden=hidden, experts=experts, moe_inter=moe_inter, shared_inter=shared,
-                          lin=BF16)
+                          lin=PLAIN_BF16)
         else:
-            t += gated_mlp(p + "mlp.", hidden, inter, BF16)
+            t += gated_mlp(p + "mlp.", hidden, inter, PLAIN_BF16)
     t.append(("model.norm.weight", "BF16", (hidden,)))
     t.append(("lm_head.weight", "BF16", (vocab, hidden)))
     return Layout(name=name, config=cfg, tensors=t, max_shard_bytes=max_shard_bytes)

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from ..checkpoint import Layout, TensorSpec
 from .common import fit_token_ids, heads_for, kv_heads_for, pick, scaled, set_existing
-from .qwen import BF16, qwen_attention, qwen_moe
+from .deepseek import PLAIN_BF16
+from .qwen import qwen_attention, qwen_moe
 
 
 def _qwen3_next_config() -> dict:
@@ -121,14 +122,14 @@ def qwen3_next(*, num_layers=None, num_experts=None, hidden_size=None, intermedi
     def block(p: str, full: bool) -> list[TensorSpec]:
         t: list[TensorSpec] = [(p + "input_layernorm.weight", "BF16", (hidden,))]
         if full:
-            t += qwen_attention(p, hidden=hidden, heads=heads, kv_heads=kv, head_dim=hd, lin=BF16,
+            t += qwen_attention(p, hidden=hidden, heads=heads, kv_heads=kv, head_dim=hd, lin=PLAIN_BF16,
                                 bias=False, qk_norm=True, norm_dtype="BF16", q_gate=True)
         else:
             t += gated_deltanet(p, hidden=hidden, k_heads=kh, k_dim=kd, v_heads=vh, v_dim=vd,
                                 conv_kernel=conv_kernel, a_log_dtype=a_log_dtype)
         t.append((p + "post_attention_layernorm.weight", "BF16", (hidden,)))
         t += qwen_moe(p, hidden=hidden, experts=experts, moe_inter=moe_inter, shared_inter=shared,
-                      lin=BF16)
+                      lin=PLAIN_BF16)
         return t
 
     t: list[TensorSpec] = [("model.embed_tokens.weight", "BF16", (vocab, hidden))]
