@@ -15,6 +15,19 @@ from pathlib import Path
 from .core.errors import InputError
 from .core.units import DEFAULT_MAX_SHARD_BYTES
 
+# --flag -> parse_budget_inputs key: the serve settings written into the report's command.
+SERVE_FLAGS = {
+    "--tp": "tp",
+    "--pp": "pp",
+    "--max-model-len": "max_model_len",
+    "--max-num-seqs": "max_num_seqs",
+    "--gpu-memory-utilization": "gpu_memory_utilization",
+}
+
+
+class UsageError(Exception):
+    """A malformed option value (exit status 2)."""
+
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
@@ -44,6 +57,12 @@ def _parser() -> argparse.ArgumentParser:
         mtp.add_argument("--no-mtp", dest="mtp", action="store_false", help="drop MTP / draft heads")
         sp.add_argument("--json", action="store_true", help="print the plan as JSON (schema mxtrim.plan/1)")
         sp.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+        serve = sp.add_argument_group("serve settings", "written into the report's vllm serve command; checked against the model")
+        serve.add_argument("--tp", metavar="N", help="tensor-parallel size (must divide the attention heads)")
+        serve.add_argument("--pp", metavar="N", help="pipeline-parallel size (at most the kept text layers)")
+        serve.add_argument("--max-model-len", metavar="N", help="context length")
+        serve.add_argument("--max-num-seqs", metavar="N", help="concurrent sequences")
+        serve.add_argument("--gpu-memory-utilization", metavar="F", help="fraction of GPU memory vLLM may use, in (0, 1]")
 
     pl = sub.add_parser("plan", help="show what a trim would do; writes nothing")
     selection_args(pl)
@@ -104,8 +123,40 @@ def _plan(args):
     return build_plan(inv, Selection.parse(args.keep, args.mtp))
 
 
+def _serve_raw(args) -> dict[str, str]:
+    """The serve settings given on the command line, as typed; malformed ones are usage errors."""
+    from .core.budget import BudgetInputs, parse_budget_inputs
+
+    raw = {key: getattr(args, key) for key in SERVE_FLAGS.values() if getattr(args, key) is not None}
+    _, errors = parse_budget_inputs(raw, BudgetInputs())
+    flag = {key: name for name, key in SERVE_FLAGS.items()}
+    if errors:
+        raise UsageError("\n".join(f"mxtrim: error: {flag[key]}: {message}" for key, message in errors.items()))
+    return raw
+
+
+def _serve_inputs(plan, raw: dict[str, str]):
+    """The serve settings (the report's defaults where not given), or None when none given."""
+    if not raw:
+        return None
+    from .core.budget import parse_budget_inputs
+    from .core.report import default_serve
+
+    return parse_budget_inputs(raw, default_serve(plan))[0]
+
+
+def _parallelism_errors(plan, serve) -> list[str]:
+    from .core.budget import check_parallelism
+
+    if serve is None:
+        return []
+    return [f"--{key}: {message}" for key, message in check_parallelism(plan, serve).items()]
+
+
 def cmd_plan(args) -> int:
+    raw = _serve_raw(args)
     plan = _plan(args)
+    blocking = _parallelism_errors(plan, _serve_inputs(plan, raw))
     if args.json:
         from .core.plan_json import plan_to_json
 
@@ -117,20 +168,28 @@ def cmd_plan(args) -> int:
         from .render import render_plan
 
         render_plan(plan, Console())
-    return 1 if plan.errors else 0
+    for message in blocking:
+        print(f"mxtrim: error: {message}", file=sys.stderr)
+    return 1 if plan.errors or blocking else 0
 
 
 def cmd_trim(args) -> int:
     from .core.plan_json import plan_to_json
+    from .core.report import serve_command
     from .core.writer import default_output_dir, write_dummy
 
+    raw = _serve_raw(args)
     plan = _plan(args)
-    if plan.errors:
+    serve = _serve_inputs(plan, raw)
+    blocking = _parallelism_errors(plan, serve)
+    if plan.errors or blocking:
         if args.json:
             json.dump(plan_to_json(plan) | {"output": None}, sys.stdout, indent=2)
             sys.stdout.write("\n")
         for issue in plan.errors:
             print(f"mxtrim: error: {issue.message}" + (f" (fix: {issue.fix})" if issue.fix else ""), file=sys.stderr)
+        for message in blocking:
+            print(f"mxtrim: error: {message}", file=sys.stderr)
         print("mxtrim: nothing written", file=sys.stderr)
         return 1
     out = args.out if args.out is not None else default_output_dir(plan, args.workspace.resolve(), args.mode)
@@ -140,9 +199,9 @@ def cmd_trim(args) -> int:
     if args.mode == "weights":
         from .core.weights_writer import write_weights
 
-        result = write_weights(plan, out, max_shard_bytes=args.max_shard_size, progress=progress)
+        result = write_weights(plan, out, max_shard_bytes=args.max_shard_size, progress=progress, serve=serve)
     else:
-        result = write_dummy(plan, out, progress=progress)
+        result = write_dummy(plan, out, progress=progress, serve=serve)
     if progress:
         progress({"event": "result", "output": str(result.path), "files": len(result.files)})
     checks = None
@@ -155,7 +214,8 @@ def cmd_trim(args) -> int:
             "vllm_load": "unverified",
         }
     if args.json:
-        doc = plan_to_json(plan) | {"mode": args.mode, "output": str(result.path), "files": result.files}
+        command = serve_command(plan, result.path, args.mode, serve)
+        doc = plan_to_json(plan) | {"mode": args.mode, "output": str(result.path), "files": result.files, "serve_command": command}
         if checks is not None:
             doc["checks"] = checks
         json.dump(doc, sys.stdout, indent=2)
@@ -236,6 +296,9 @@ def main(argv: list[str] | None = None) -> int:
         return commands[args.command](args)
     except SelectionError as exc:
         print(f"mxtrim: error: {exc}", file=sys.stderr)
+        return 2
+    except UsageError as exc:
+        print(exc, file=sys.stderr)
         return 2
     except InputError as exc:
         if args.debug:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
 from engine_support import plan_for
-from mxtrim_tui.core.budget import BudgetInputs, compute_budget
+from mxtrim_tui.core.budget import BudgetInputs, check_parallelism, compute_budget, parse_budget_inputs
 from mxtrim_tui.core.gpu import probe_gpus, probe_metax
 from mxtrim_tui.synth.checkpoint import write_checkpoint
 from mxtrim_tui.synth.layouts import all_layouts
@@ -55,3 +57,56 @@ def test_gpu_probe_never_raises_without_a_gpu():
         assert p.reason and p.gpus == ()
     m = probe_metax()
     assert not m.available and "pymxml" in m.reason
+
+
+# --- typed serve settings: the wizard's fields and the CLI's flags -----------------------------
+def test_parse_budget_inputs_accepts_plain_values():
+    base = BudgetInputs(gpu_total_bytes=24 * GiB)
+    raw = {"tp": "7", "pp": " 2 ", "max_model_len": "1024", "max_num_seqs": "4", "gpu_memory_utilization": "1.0", "gpu_gib": ""}
+    inputs, errors = parse_budget_inputs(raw, base)
+    assert errors == {}
+    assert (inputs.tp, inputs.pp, inputs.max_model_len, inputs.max_num_seqs) == (7, 2, 1024, 4)
+    assert inputs.gpu_memory_utilization == 1.0
+    assert inputs.gpu_total_bytes == 24 * GiB  # empty GPU memory keeps what was known
+    inputs, errors = parse_budget_inputs({"gpu_gib": "80", "gpu_memory_utilization": ".5"}, base)
+    assert errors == {} and inputs.gpu_total_bytes == 80 * GiB and inputs.gpu_memory_utilization == 0.5
+    # what f"{0.00001:g}" writes (the wizard's flags) reads back
+    inputs, errors = parse_budget_inputs({"gpu_memory_utilization": f"{0.00001:g}"}, base)
+    assert errors == {} and inputs.gpu_memory_utilization == 0.00001
+
+
+@pytest.mark.parametrize("typed, message", [
+    ("0", "at least 1"),
+    ("", "required"),
+    ("1.5", "whole number"),
+    ("７", "digits 0-9"),  # full-width seven: int() would take it, vLLM's argparse would not
+    ("-2", "whole number"),
+])
+def test_parse_budget_inputs_refuses_bad_counts(typed, message):
+    base = BudgetInputs(tp=2, max_num_seqs=3)
+    inputs, errors = parse_budget_inputs({"tp": typed, "max_num_seqs": typed}, base)
+    assert message in errors["tp"] and message in errors["max_num_seqs"]
+    assert inputs == base  # invalid fields keep the previous value
+
+
+@pytest.mark.parametrize("typed", ["7", "0", "", "nan", "inf", "-0.5", "1e400", "０.５"])
+def test_parse_budget_inputs_refuses_bad_utilization(typed):
+    inputs, errors = parse_budget_inputs({"gpu_memory_utilization": typed}, BudgetInputs())
+    assert set(errors) == {"gpu_memory_utilization"} and inputs.gpu_memory_utilization == 0.9
+
+
+@pytest.mark.parametrize("typed", ["0", "-8", "nan", "1e400", "lots"])
+def test_parse_budget_inputs_refuses_bad_gpu_memory(typed):
+    inputs, errors = parse_budget_inputs({"gpu_gib": typed}, BudgetInputs(gpu_total_bytes=GiB))
+    assert "GiB" in errors["gpu_gib"] and inputs.gpu_total_bytes == GiB
+
+
+def test_check_parallelism_names_the_numbers(tmp_path):
+    plan = plan_of(tmp_path, "qwen3", ["0,1"], num_layers=4, hidden_size=256, num_attention_heads=12, num_key_value_heads=4, head_dim=32)
+    ok = [tp for tp in (1, 2, 3, 4, 6, 12) if not check_parallelism(plan, BudgetInputs(tp=tp))]
+    assert ok == [1, 2, 4, 12]
+    assert check_parallelism(plan, BudgetInputs(tp=3)) == {"tp": "TP=3 does not divide the 4 KV heads"}
+    assert "TP=6 is not a multiple of the 4 KV heads" in check_parallelism(plan, BudgetInputs(tp=6))["tp"]
+    assert check_parallelism(plan, BudgetInputs(tp=5))["tp"].startswith("TP=5 does not divide the 12 attention heads")
+    assert check_parallelism(plan, BudgetInputs(pp=2)) == {}
+    assert check_parallelism(plan, BudgetInputs(pp=3)) == {"pp": "PP=3 exceeds the 2 kept text layers"}

@@ -5,10 +5,19 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
 
 from engine_support import REPO, run_cli
+from mxtrim_tui.demo import build_demo
 from mxtrim_tui.synth.checkpoint import write_checkpoint
 from mxtrim_tui.synth.layouts.deepseek import deepseek_v3
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory) -> Path:
+    return build_demo(tmp_path_factory.mktemp("src") / "demo")
 
 
 def test_inspect_json_on_sparse_deepseek_v3(tmp_path):
@@ -84,3 +93,93 @@ def test_engine_never_imports_textual_and_startup_stays_light():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == ""
+
+
+# --- serve settings: from the flags into README.md, mxtrim-plan.json and --json ---------------
+def test_trim_writes_the_chosen_serve_settings(demo, tmp_path):
+    out = tmp_path / "out"
+    flags = ["--tp", "2", "--max-model-len", "1024", "--max-num-seqs", "4", "--gpu-memory-utilization", "0.5"]
+    result = run_cli("trim", str(demo), "--mode", "dummy", "--out", str(out), "--json", *flags)
+    assert result.returncode == 0, result.stderr
+    readme = (out / "README.md").read_text()
+    for literal in ("--tensor-parallel-size 2", "--max-model-len 1024", "--max-num-seqs 4",
+                    "--max-num-batched-tokens 1024", "--gpu-memory-utilization 0.5"):
+        assert literal in readme, literal
+    assert "${TP:-1}" not in readme and "GPU_MEMORY_UTILIZATION" not in readme
+    assert "--pipeline-parallel-size" not in readme  # PP 1: not spelled out
+    command = json.loads(result.stdout)["serve_command"]
+    assert command in readme and "--tensor-parallel-size 2" in command
+    serve = json.loads((out / "mxtrim-plan.json").read_text())["serve"]
+    assert serve == {"tp": 2, "pp": 1, "max_model_len": 1024, "max_num_seqs": 4, "gpu_memory_utilization": 0.5, "command": command}
+
+
+def test_trim_without_serve_flags_keeps_the_shell_defaults(demo, tmp_path):
+    out = tmp_path / "out"
+    result = run_cli("trim", str(demo), "--mode", "dummy", "--out", str(out), "--json", "--keep", "0,2,3")
+    assert result.returncode == 0, result.stderr
+    readme = (out / "README.md").read_text()
+    assert "--tensor-parallel-size ${TP:-1}" in readme and "${GPU_MEMORY_UTILIZATION:-0.8}" in readme
+    serve = json.loads((out / "mxtrim-plan.json").read_text())["serve"]
+    assert serve["tp"] == 1 and serve["pp"] == 1 and serve["gpu_memory_utilization"] == 0.8
+    assert serve["command"] == json.loads(result.stdout)["serve_command"] and serve["command"] in readme
+    # PP given: spelled out, and at most the kept text layers
+    out3 = tmp_path / "pp3"
+    assert run_cli("trim", str(demo), "--mode", "dummy", "--out", str(out3), "--keep", "0,2,3", "--pp", "3").returncode == 0
+    assert "--pipeline-parallel-size 3" in (out3 / "README.md").read_text()
+
+
+@pytest.mark.parametrize("flag, value, message", [
+    ("--tp", "0", "mxtrim: error: --tp: must be at least 1"),
+    ("--gpu-memory-utilization", "7", "mxtrim: error: --gpu-memory-utilization: must be a number greater than 0 and at most 1"),
+    ("--max-model-len", "1.5", "mxtrim: error: --max-model-len: must be a whole number"),
+])
+def test_malformed_serve_settings_are_usage_errors(demo, tmp_path, flag, value, message):
+    for command in ("plan", "trim"):
+        args = [command, str(demo), flag, value] + (["--mode", "dummy", "--out", str(tmp_path / "out")] if command == "trim" else [])
+        result = run_cli(*args)
+        assert result.returncode == 2, result.stderr
+        assert result.stderr.strip().startswith(message) and len(result.stderr.strip().splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_parallelism_vllm_would_refuse_blocks_the_trim(demo, tmp_path):
+    # the demo has 4 attention heads and 6 layers; --keep 0,2 keeps 2
+    result = run_cli("trim", str(demo), "--mode", "dummy", "--out", str(tmp_path / "out"), "--keep", "0,2", "--tp", "3", "--pp", "3")
+    assert result.returncode == 1
+    assert "mxtrim: error: --tp: TP=3 does not divide the 4 attention heads" in result.stderr
+    assert "mxtrim: error: --pp: PP=3 exceeds the 2 kept text layers" in result.stderr
+    assert "nothing written" in result.stderr and list(tmp_path.iterdir()) == []
+    plan = run_cli("plan", str(demo), "--tp", "3")
+    assert plan.returncode == 1 and "TP=3 does not divide the 4 attention heads" in plan.stderr
+
+
+# --- the report and the progress events -------------------------------------------------------
+def test_dummy_report_summarises_the_weight_shards(tmp_path):
+    from mxtrim_tui.synth.layouts import all_layouts
+
+    root = write_checkpoint(tmp_path / "DeepSeek-V3", all_layouts()["deepseek_v3"](), data="sparse")
+    shards = sorted(root.glob("*.safetensors"))
+    assert len(shards) > 100
+    out = tmp_path / "out"
+    result = run_cli("trim", str(root), "--mode", "dummy", "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    readme = (out / "README.md").read_text()
+    section = readme.split("Not copied from the source:")[1].split("##")[0]
+    summary = [line for line in section.splitlines() if "weight shards" in line]
+    assert len(summary) == 1 and summary[0].startswith(f"- {len(shards)} weight shards (")
+    assert "model.safetensors.index.json" in summary[0] and "not copied (dummy mode)" in summary[0]
+    assert not any(s.name in readme for s in shards)  # no line per shard
+    assert len([line for line in section.splitlines() if line.startswith("- ")]) < 10
+
+
+@pytest.mark.parametrize("mode", ["dummy", "weights"])
+def test_progress_counts_every_written_file(demo, tmp_path, mode):
+    out = tmp_path / "out"
+    result = run_cli("trim", str(demo), "--mode", mode, "--out", str(out), "--progress")
+    assert result.returncode == 0, result.stderr
+    events = [json.loads(line) for line in result.stderr.splitlines() if line.startswith("{")]
+    files = [e for e in events if e["event"] == "file"]
+    written = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
+    assert sorted(e["path"] for e in files) == written  # one event per file
+    assert [e["done_files"] for e in files] == list(range(1, len(written) + 1))
+    assert {e["total_files"] for e in files} == {len(written)}

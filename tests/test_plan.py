@@ -12,7 +12,8 @@ from engine_support import plan_for, run_cli, tree_digest
 from mxtrim_tui.core.inventory import build_inventory, stack_config
 from mxtrim_tui.core.plan import Selection, SelectionError, build_plan, parse_keep_spec
 from mxtrim_tui.core.source import open_source
-from mxtrim_tui.core.writer import OutputError, default_output_dir, write_dummy
+from mxtrim_tui.core.budget import BudgetInputs
+from mxtrim_tui.core.writer import OutputError, default_output_dir, estimate_dummy_bytes, write_dummy
 from mxtrim_tui.synth.checkpoint import write_checkpoint
 from mxtrim_tui.synth.layouts import all_layouts
 
@@ -355,6 +356,18 @@ def test_symlinked_assets_are_dereferenced(tmp_path):
     assert not (out / "tokenizer_config.json").is_symlink()
     assert (out / "tokenizer_config.json").read_bytes() == blob.read_bytes()
     assert "dereferenced" in (out / "README.md").read_text()
+
+
+@pytest.mark.parametrize("serve", [None, BudgetInputs(tp=2, max_model_len=2048, max_num_seqs=2)])
+def test_dummy_size_estimate_is_exact(sparse_models, tmp_path, serve):
+    root = sparse_models("deepseek_v3")
+    plan = plan_for(root, ["0,3"])
+    out = tmp_path / "models" / "trimmed"
+    estimate = estimate_dummy_bytes(plan, out, serve)
+    assert not out.exists()  # estimating writes nothing
+    written = write_dummy(plan, out, serve=serve).path
+    sizes = [p.stat().st_size for p in written.rglob("*") if p.is_file()]
+    assert len(sizes) > 3 and estimate == sum(sizes)
 
 
 # --- CLI --------------------------------------------------------------------------------

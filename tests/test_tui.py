@@ -149,7 +149,7 @@ async def test_cancel_kills_the_child_and_quitting_leaves_no_process(tmp_path):
         assert await wait_for(pilot, lambda: app.state.inventory is not None)
         await pilot.press("ctrl+n", "ctrl+n")
         assert await wait_for(pilot, lambda: app.state.plan is not None)
-        app.state.output_path = tmp_path / "out"
+        app.state.output_text = str(tmp_path / "out")
         run = app.get_screen("run")
         # a child that runs until killed, started through the same path as a trim
         app.action_goto("run")
@@ -167,7 +167,15 @@ async def test_cancel_kills_the_child_and_quitting_leaves_no_process(tmp_path):
         run.start([sys.executable, "-c", "import time; time.sleep(60)"])
         assert await wait_for(pilot, lambda: run.running)
         pid2 = run.process.pid
+        # quitting while a child runs asks first; "n" keeps it running
         await pilot.press("ctrl+q")
+        assert await wait_for(pilot, lambda: type(app.screen).__name__ == "ConfirmQuitScreen")
+        await pilot.press("n")
+        await pilot.pause(0.2)  # not settle: the run worker waits on the child
+        assert app.screen.id == "run" and run.running
+        await pilot.press("ctrl+q")
+        assert await wait_for(pilot, lambda: type(app.screen).__name__ == "ConfirmQuitScreen")
+        await pilot.press("y")
     assert not psutil.pid_exists(pid2) or psutil.Process(pid2).status() == psutil.STATUS_ZOMBIE
 
 

@@ -87,6 +87,10 @@ def test_run_screen_after_a_dummy_trim(snap_compare, make_app, size, monkeypatch
         on_event(self, event)
 
     monkeypatch.setattr(RunScreen, "_on_event", pinned)
+    # and the elapsed time shown when the run ends
+    from mxtrim_tui.tui.screens import run as run_screen
+
+    monkeypatch.setattr(run_screen, "clock", lambda: 100.0)
 
     async def run_before(pilot):
         app = pilot.app

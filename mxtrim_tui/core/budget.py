@@ -15,7 +15,9 @@ vLLM uses (prior-art guide §2.5).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+import re
+from dataclasses import dataclass, field, replace
 
 from .families.base import CHUNKED, DSA_FULL, DSA_SHARED, FULL, KV_SHARED, LINEAR, MAMBA, MLA, NOPE_GLOBAL, SLIDING, first_int
 from .plan import TrimPlan
@@ -24,12 +26,79 @@ from .plan import TrimPlan
 @dataclass(frozen=True)
 class BudgetInputs:
     tp: int = 1
+    pp: int = 1
     max_model_len: int = 4096
     max_num_seqs: int = 1
     max_num_batched_tokens: int | None = None
     gpu_memory_utilization: float = 0.9
     gpu_total_bytes: int | None = None
     kv_dtype_bytes: int = 2
+
+
+GiB = 1 << 30
+COUNT_FIELDS = ("tp", "pp", "max_model_len", "max_num_seqs")
+_DECIMAL = re.compile(r"([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][-+]?[0-9]+)?")
+
+
+def _parse_count(text: str) -> tuple[int | None, str | None]:
+    """A positive whole number written with the digits 0-9."""
+    if not text:
+        return None, "required"
+    if not re.fullmatch(r"[0-9]+", text):
+        return None, "must be a whole number written with the digits 0-9"
+    if int(text) < 1:
+        return None, "must be at least 1"
+    return int(text), None
+
+
+def _parse_decimal(text: str) -> float | None:
+    """A finite number written with the digits 0-9 (no sign, nan or inf), or None."""
+    value = float(text) if _DECIMAL.fullmatch(text) else None
+    return value if value is not None and math.isfinite(value) else None
+
+
+def _parse_utilization(text: str) -> tuple[float | None, str | None]:
+    if not text:
+        return None, "required"
+    value = _parse_decimal(text)
+    if value is None or not 0 < value <= 1:
+        return None, "must be a number greater than 0 and at most 1, like 0.9"
+    return value, None
+
+
+def _parse_gib(text: str) -> tuple[int | None, str | None]:
+    value = _parse_decimal(text)
+    if value is None or value <= 0:
+        return None, "must be a positive number of GiB, like 80"
+    return int(value * GiB), None
+
+
+def parse_budget_inputs(raw: dict[str, str], base: BudgetInputs) -> tuple[BudgetInputs, dict[str, str]]:
+    """Typed values -> (inputs, {field: message}). Keys among ``tp``, ``pp``,
+    ``max_model_len``, ``max_num_seqs``, ``gpu_memory_utilization`` and ``gpu_gib`` (GPU memory
+    in GiB; empty leaves ``base.gpu_total_bytes``). Invalid fields keep ``base``'s value."""
+    values: dict = {}
+    errors: dict[str, str] = {}
+    for key, typed in raw.items():
+        text = str(typed).strip()
+        if key in COUNT_FIELDS:
+            value, problem = _parse_count(text)
+            target = key
+        elif key == "gpu_memory_utilization":
+            value, problem = _parse_utilization(text)
+            target = key
+        elif key == "gpu_gib":
+            if not text:
+                continue
+            value, problem = _parse_gib(text)
+            target = "gpu_total_bytes"
+        else:
+            raise KeyError(key)
+        if problem:
+            errors[key] = problem
+        else:
+            values[target] = value
+    return replace(base, **values), errors
 
 
 @dataclass
@@ -159,3 +228,25 @@ def advise(b: Budget) -> list[str]:
     if not out:
         out.append("fits: the predicted KV budget holds max_model_len for the requested concurrency")
     return out
+
+
+def check_parallelism(plan: TrimPlan, inputs: BudgetInputs) -> dict[str, str]:
+    """What vLLM would refuse at start-up: TP must divide the attention heads, and the KV
+    heads (or, with fewer KV heads than TP, be a multiple of them: vLLM replicates them);
+    PP cannot exceed the kept text layers."""
+    cfg = _text_config(plan)
+    tp, errors = max(1, inputs.tp), {}
+    heads = first_int(cfg, "num_attention_heads")
+    kv_heads = first_int(cfg, "num_key_value_heads", default=heads)
+    problems = []
+    if heads and heads % tp:
+        problems.append(f"TP={tp} does not divide the {heads} attention heads")
+    if kv_heads and kv_heads != heads and kv_heads >= tp and kv_heads % tp:
+        problems.append(f"TP={tp} does not divide the {kv_heads} KV heads")
+    if kv_heads and kv_heads < tp and tp % kv_heads:
+        problems.append(f"TP={tp} is not a multiple of the {kv_heads} KV heads (vLLM can only replicate them evenly)")
+    if problems:
+        errors["tp"] = "; ".join(problems)
+    if inputs.pp > plan.new_depth:
+        errors["pp"] = f"PP={inputs.pp} exceeds the {plan.new_depth} kept text layer{'s' if plan.new_depth != 1 else ''}"
+    return errors

@@ -11,8 +11,12 @@ from pathlib import Path
 from .config_edit import MISSING, short_value
 from .environment import environment
 from .families.base import DSA_FULL, DSA_SHARED
+from .budget import BudgetInputs
 from .plan import TrimPlan
+from .source import FileKind
 from .units import human_bytes
+
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.8
 
 VALIDATION_CHECKS = (
     "config loads offline (AutoConfig, local files only)",
@@ -51,20 +55,40 @@ def _max_model_len(plan: TrimPlan) -> int:
     return length
 
 
-def serve_command(plan: TrimPlan, out_dir: Path, mode: str) -> str:
-    length = _max_model_len(plan)
-    args = [
-        "vllm", "serve", str(out_dir),
-        "--host", "127.0.0.1", "--port", "${PORT:-8000}",
-        "--tensor-parallel-size", "${TP:-1}",
-        "--max-model-len", str(length),
-        "--max-num-seqs", "1",
-        "--max-num-batched-tokens", str(length),
-        "--gpu-memory-utilization", "${GPU_MEMORY_UTILIZATION:-0.8}",
-        "--enforce-eager",
+def default_serve(plan: TrimPlan) -> BudgetInputs:
+    """The settings the report's serve command uses when none are chosen."""
+    return BudgetInputs(max_model_len=_max_model_len(plan), max_num_seqs=1, gpu_memory_utilization=DEFAULT_GPU_MEMORY_UTILIZATION)
+
+
+def _serve_args(plan: TrimPlan, serve: BudgetInputs | None) -> list[str]:
+    """The parallelism and memory flags: shell variables with defaults, or ``serve``'s values."""
+    if serve is None:
+        length = _max_model_len(plan)
+        return [
+            "--tensor-parallel-size", "${TP:-1}",
+            "--max-model-len", str(length),
+            "--max-num-seqs", "1",
+            "--max-num-batched-tokens", str(length),
+            "--gpu-memory-utilization", f"${{GPU_MEMORY_UTILIZATION:-{DEFAULT_GPU_MEMORY_UTILIZATION}}}",
+        ]
+    args = ["--tensor-parallel-size", str(serve.tp)]
+    if serve.pp > 1:
+        args += ["--pipeline-parallel-size", str(serve.pp)]
+    return args + [
+        "--max-model-len", str(serve.max_model_len),
+        "--max-num-seqs", str(serve.max_num_seqs),
+        "--max-num-batched-tokens", str(max(serve.max_model_len, serve.max_num_batched_tokens or 0)),
+        "--gpu-memory-utilization", f"{serve.gpu_memory_utilization:g}",
     ]
+
+
+def serve_command(plan: TrimPlan, out_dir: Path, mode: str, serve: BudgetInputs | None = None) -> str:
+    """The ``vllm serve`` command of the report; ``serve``: literal settings (else TP and the
+    memory utilisation are shell variables with defaults)."""
+    args = ["vllm", "serve", str(out_dir), "--host", "127.0.0.1", "--port", "${PORT:-8000}"]
     if mode == "dummy":
         args[3:3] = ["--load-format", "dummy"]
+    args += _serve_args(plan, serve) + ["--enforce-eager"]
     if plan.inventory.source.custom_code_present and plan.inventory.source.config.get("auto_map"):
         args.append("--trust-remote-code")
     quoted = " ".join(a if a.startswith("${") else shlex.quote(a) for a in args)
@@ -75,11 +99,51 @@ def serve_command(plan: TrimPlan, out_dir: Path, mode: str) -> str:
     return env + quoted
 
 
+def serve_settings(plan: TrimPlan, out_dir: Path, mode: str, serve: BudgetInputs | None = None) -> dict:
+    """The ``serve`` object of ``mxtrim-plan.json``: the settings and the command the report shows."""
+    s = serve or default_serve(plan)
+    return {
+        "tp": s.tp,
+        "pp": s.pp,
+        "max_model_len": s.max_model_len,
+        "max_num_seqs": s.max_num_seqs,
+        "gpu_memory_utilization": s.gpu_memory_utilization,
+        "command": serve_command(plan, out_dir, mode, serve),
+    }
+
+
+def _not_copied_lines(plan: TrimPlan, mode: str, not_copied: list[dict]) -> list[str]:
+    """One line per file, except weight shards (and their index): one line for all of them."""
+    shards = [f for f in not_copied if f["kind"] == FileKind.WEIGHTS.value]
+    index = [f for f in not_copied if f["kind"] == FileKind.INDEX.value] if shards else []
+    summarised = {id(f) for f in shards + index}
+    lines = []
+    if shards:
+        sizes = {f.path: f.size for f in plan.inventory.source.files}
+        total = sum(sizes.get(f["path"], 0) for f in shards)
+        noun = "weight shard" if len(shards) == 1 else "weight shards"
+        with_index = f" and their index `{index[0]['path']}`" if index else ""
+        reason = "dummy mode" if mode == "dummy" else "replaced by the extracted shards"
+        lines.append(f"- {len(shards)} {noun} ({human_bytes(total)}){with_index} not copied ({reason})")
+    for f in not_copied:
+        if id(f) not in summarised:
+            lines.append(f"- `{f['path']}` ({f['kind']}{': ' + f['detail'] if f.get('detail') else ''})")
+    return lines
+
+
 def render_report(
-    plan: TrimPlan, out_dir: Path, mode: str, files: list[dict], not_copied: list[dict], weights: dict | None = None
+    plan: TrimPlan,
+    out_dir: Path,
+    mode: str,
+    files: list[dict],
+    not_copied: list[dict],
+    weights: dict | None = None,
+    *,
+    serve: BudgetInputs | None = None,
 ) -> str:
     """``weights`` (real-weight mode): what the weights writer established — ``integrity``,
-    ``structure`` (a StructureResult), ``copy_method``, ``script``, ``manifest``."""
+    ``structure`` (a StructureResult), ``copy_method``, ``script``, ``manifest``. ``serve``:
+    the serve settings chosen (None: the command's defaults, TP as a shell variable)."""
     inv = plan.inventory
     src = inv.source
     n = plan.new_depth
@@ -178,8 +242,7 @@ def render_report(
     if not_copied:
         add("Not copied from the source:")
         add("")
-        for f in not_copied:
-            add(f"- `{f['path']}` ({f['kind']}{': ' + f['detail'] if f.get('detail') else ''})")
+        lines += _not_copied_lines(plan, mode, not_copied)
         add("")
 
     add("## Environment seen")
@@ -194,7 +257,7 @@ def render_report(
     add("## Serve")
     add("")
     add("```bash")
-    add(serve_command(plan, out_dir, mode))
+    add(serve_command(plan, out_dir, mode, serve))
     add("```")
     add("")
     if plan.mtp_kept and mtp is not None:

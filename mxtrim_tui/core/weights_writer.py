@@ -52,14 +52,20 @@ from .source import INDEX_NAME, ModelSource, open_source
 from .structure_check import StructureResult, check_structure, not_checked
 from .units import DEFAULT_MAX_SHARD_BYTES
 from .writer import (
+    PLAN_NAME,
+    README_NAME,
+    FileEvents,
     OutputError,
     WriteResult,
     asset_files,
+    make_parent,
     prepare_output,
+    readme_entry,
     rename_into_place,
     temp_sibling,
     write_documents_and_assets,
     write_plan_json,
+    write_text,
 )
 
 MANIFEST_NAME = "manifest.json"
@@ -67,7 +73,7 @@ MANIFEST_SCHEMA = "mxtrim.manifest/1"
 HASH_NAME = "sha256"
 HASH_BUFFER = 1 << 20  # per hashing thread
 # Files mxtrim writes itself; a source asset of the same name is not copied over them.
-GENERATED = frozenset({SCRIPT_NAME, MANIFEST_NAME, "mxtrim-plan.json", "README.md", INDEX_NAME})
+GENERATED = frozenset({SCRIPT_NAME, MANIFEST_NAME, PLAN_NAME, README_NAME, INDEX_NAME})
 SCRIPT_STOP_TIMEOUT = 10.0  # seconds the script gets to clean up after SIGTERM
 
 
@@ -401,8 +407,35 @@ def extraction_script(plan: TrimPlan, extraction: Extraction, digests: dict | No
     return render_script(extraction, digests, model_name=plan.inventory.model_name)
 
 
+def weights_file_count(plan: TrimPlan, extraction: Extraction) -> int:
+    """Files a real-weight output holds: shards, index, script, configs and assets, plan,
+    manifest, README."""
+    index = 1 if extraction.index_text is not None else 0
+    return len(extraction.shards) + index + 1 + len(plan.new_documents) + len(asset_files(plan, GENERATED)) + 3
+
+
+def extracted_files(extraction: Extraction, script_bytes: int) -> list[dict]:
+    """Report entries of the files the extraction script wrote, and of the script."""
+    files = [
+        {"path": shard.file, "kind": "weights", "bytes": shard.file_bytes, "from": f"{len(shard.tensors)} tensors extracted by {SCRIPT_NAME}"}
+        for shard in extraction.shards
+    ]
+    index = extraction.index_text
+    if index is not None:
+        files.append({"path": INDEX_NAME, "kind": "weight index", "bytes": len(index.encode()), "from": f"written by {SCRIPT_NAME}"})
+    files.append({"path": SCRIPT_NAME, "kind": "extraction script", "bytes": script_bytes, "from": "generated; run by mxtrim to write the shards"})
+    return files
+
+
 def write_weights(
-    plan: TrimPlan, out: Path, *, max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES, progress=None, structure: bool = True, cancel=None
+    plan: TrimPlan,
+    out: Path,
+    *,
+    max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES,
+    progress=None,
+    structure: bool = True,
+    cancel=None,
+    serve=None,
 ) -> WeightsWriteResult:
     """Write the real-weight checkpoint of ``plan`` at ``out`` (which must not exist).
 
@@ -413,7 +446,8 @@ def write_weights(
     ``structure=False`` skips the transformers structure check (it imports torch).
     ``cancel``: a threading.Event another thread may set (a UI's Cancel button): the run
     stops at the next event (the script within 0.1 s) and raises :class:`Cancelled`, with
-    everything partial removed — what Ctrl-C does in the CLI."""
+    everything partial removed — what Ctrl-C does in the CLI. ``serve`` (BudgetInputs): the
+    serve settings the report's command spells out."""
     emit = progress or (lambda event: None)
     timings: dict[str, float] = {}
     out = prepare_output(plan, out)
@@ -436,7 +470,7 @@ def write_weights(
     script_text = extraction_script(plan, extraction, digests)
     timings["prepare"] = time.monotonic() - t0
 
-    out.parent.mkdir(parents=True, exist_ok=True)
+    make_parent(out)
     tmp = temp_sibling(out)
     if tmp.exists():
         shutil.rmtree(tmp)
@@ -448,18 +482,10 @@ def write_weights(
         timings["extract"] = time.monotonic() - t0
         os.replace(script_tmp, tmp / SCRIPT_NAME)
 
-        files: list[dict] = []
-        for shard in extraction.shards:
-            files.append({"path": shard.file, "kind": "weights", "bytes": shard.file_bytes,
-                          "from": f"{len(shard.tensors)} tensors extracted by {SCRIPT_NAME}"})
-        index = extraction.index_text
-        if index is not None:
-            files.append({"path": INDEX_NAME, "kind": "weight index", "bytes": len(index.encode()), "from": f"written by {SCRIPT_NAME}"})
-        files.append({"path": SCRIPT_NAME, "kind": "extraction script", "bytes": len(script_text.encode()),
-                      "from": "generated; run by mxtrim to write the shards"})
+        events = FileEvents(emit, weights_file_count(plan, extraction))
         emit({"event": "stage", "name": "files", "status": "start"})
-        total_files = len(plan.new_documents) + len(asset_files(plan))
-        more, not_copied = write_documents_and_assets(plan, tmp, emit, total_files, reserved=GENERATED)
+        files = [events.add(f) for f in extracted_files(extraction, len(script_text.encode()))]
+        more, not_copied = write_documents_and_assets(plan, tmp, events, reserved=GENERATED)
         files += more
         for f in not_copied:
             if f["kind"] in ("weights", "weight index"):
@@ -478,7 +504,7 @@ def write_weights(
         timings["structure"] = time.monotonic() - t0
         _check_cancel(cancel)
 
-        files.append(write_plan_json(plan, tmp, out, "weights"))
+        files.append(events.add(write_plan_json(plan, tmp, out, "weights", serve)))
         manifest = {
             "schema": MANIFEST_SCHEMA,
             "source": str(src.root.resolve()),
@@ -493,7 +519,7 @@ def write_weights(
             "dropped": [{"name": t, "source_file": src.tensor_shard[t], "reason": r} for t, r in plan.dropped],
         }
         size = _write_lines_json(tmp / MANIFEST_NAME, manifest, ("tensors", "dropped"))
-        files.append({"path": MANIFEST_NAME, "kind": "manifest", "bytes": size, "from": f"written (every tensor's ranges and {HASH_NAME} hashes)"})
+        files.append(events.add({"path": MANIFEST_NAME, "kind": "manifest", "bytes": size, "from": f"written (every tensor's ranges and {HASH_NAME} hashes)"}))
 
         weights_info = {
             "integrity": integrity,
@@ -502,9 +528,8 @@ def write_weights(
             "script": SCRIPT_NAME,
             "manifest": MANIFEST_NAME,
         }
-        readme = render_report(plan, out, "weights", files, not_copied, weights=weights_info)
-        (tmp / "README.md").write_text(readme, encoding="utf-8")
-        files.append({"path": "README.md", "kind": "report", "bytes": len(readme.encode()), "from": "written"})
+        readme = render_report(plan, out, "weights", files, not_copied, weights=weights_info, serve=serve)
+        files.append(events.add(readme_entry(write_text(tmp / README_NAME, readme))))
         rename_into_place(tmp, out)
         emit({"event": "stage", "name": "write", "status": "done", "output": str(out)})
     except BaseException:

@@ -1,5 +1,5 @@
 """Write a plan into an output directory: atomically, never over anything that exists,
-never inside the source.
+never inside the source, never where it could not be written (checked first, one line).
 
 Output goes to a hidden temporary sibling (``.<name>.partial-<pid>``) that is renamed into
 place only when complete; any error or interruption removes it. The source is only read.
@@ -10,14 +10,17 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import InputError
 from .plan import CONFIG, TrimPlan
 from .plan_json import plan_to_json
-from .report import render_report
+from .report import render_report, serve_settings
 from .source import FileKind
+from .units import human_bytes
 
 DEFAULT_MODELS_DIR = Path("tools") / "batched_test" / "models"
 # What a dummy directory needs besides the rewritten config (seed: "Generate the output directory").
@@ -29,6 +32,13 @@ ASSET_KINDS = (
     FileKind.PROCESSOR_CONFIG,
     FileKind.CUSTOM_CODE,
 )
+PLAN_NAME = "mxtrim-plan.json"
+README_NAME = "README.md"
+# Files a dummy trim writes itself; a source asset of the same name is not copied over them.
+DUMMY_GENERATED = frozenset({PLAN_NAME, README_NAME})
+# The most mxtrim's hidden temporaries add to the output's name: the extraction script's own
+# "..NAME.partial-PID.partial-PID" (PIDs of up to 7 digits).
+TEMP_NAME_EXTRA = len("..") + 2 * len(".partial-") + 2 * 7
 
 
 class OutputError(InputError):
@@ -62,12 +72,84 @@ def _inside(child: Path, parent: Path) -> bool:
 
 
 def check_output_dir(out: Path, source_root: Path) -> None:
-    if out.exists() or out.is_symlink():
-        raise OutputError(out, "already exists; mxtrim never overwrites an output (choose another --out)")
+    if os.path.lexists(out):
+        raise OutputError(out, "already exists; mxtrim never overwrites an output (choose another output directory)")
     if _inside(out, source_root):
         raise OutputError(out, f"is inside the source model directory {source_root}; the source is never modified")
     if _inside(source_root, out):
         raise OutputError(out, f"would contain the source model directory {source_root}")
+
+
+def nearest_directory(out: Path) -> Path:
+    """The nearest existing directory above ``out``; refuses an ancestor that is a file."""
+    for candidate in out.parents:
+        try:
+            mode = os.stat(candidate).st_mode
+        except OSError:
+            if os.path.lexists(candidate):
+                raise OutputError(out, f"{candidate} is a broken symbolic link") from None
+            continue
+        if not stat.S_ISDIR(mode):
+            raise OutputError(out, f"{candidate} is a file, not a directory")
+        return candidate
+    return Path(out.anchor or "/")
+
+
+def name_limit(directory: Path) -> int:
+    try:
+        return os.pathconf(directory, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        return 255
+
+
+def check_name_lengths(out: Path, ancestor: Path) -> None:
+    """Every component to be created fits the filesystem's name limit (the last one with room
+    for mxtrim's temporary names)."""
+    limit = name_limit(ancestor)
+    new_parts = out.relative_to(ancestor).parts
+    for i, part in enumerate(new_parts):
+        allowed = limit - TEMP_NAME_EXTRA if i == len(new_parts) - 1 else limit
+        size = len(os.fsencode(part))
+        if size > allowed:
+            extra = f" ({limit} less {TEMP_NAME_EXTRA} for mxtrim's temporary names)" if allowed != limit else ""
+            raise OutputError(out, f"a name in the path is {size} bytes long; at most {allowed}{extra} fit on this filesystem")
+
+
+def check_writable(out: Path, ancestor: Path) -> None:
+    """Create and remove a hidden directory in ``ancestor``: the only sure test."""
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".mxtrim-probe-", dir=ancestor))
+    except OSError as exc:
+        raise OutputError(out, f"cannot write in {ancestor}: {exc.strerror or exc}") from None
+
+
+def check_free_bytes(out: Path, ancestor: Path, need_bytes: int) -> None:
+    free = shutil.disk_usage(ancestor).free
+    if need_bytes > free:
+        raise OutputError(
+            out, f"needs {human_bytes(need_bytes)} ({need_bytes:,} bytes) but {ancestor} has {human_bytes(free)} ({free:,} bytes) free"
+        )
+
+
+def check_output_location(out: Path, source_root: Path, need_bytes: int | None = None) -> Path:
+    """``out`` made absolute, or :class:`OutputError` (one line) when it cannot be written:
+    it exists, is inside the source or contains it, has a name too long, lies below a file,
+    below an unwritable directory, or (``need_bytes`` given) on a filesystem without room."""
+    out = Path(os.path.abspath(out))
+    ancestor = nearest_directory(out)
+    check_name_lengths(out, ancestor)
+    check_output_dir(out, source_root)
+    check_writable(out, ancestor)
+    if need_bytes is not None:
+        check_free_bytes(out, ancestor, need_bytes)
+    return out
+
+
+def make_parent(out: Path) -> None:
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputError(out, f"cannot create {out.parent}: {exc.strerror or exc}") from None
 
 
 def json_text(doc: dict) -> str:
@@ -90,51 +172,89 @@ def prepare_output(plan: TrimPlan, out: Path) -> Path:
     """Refuse a plan with blocking errors or an unusable output; return ``out`` absolute."""
     if plan.errors:
         raise OutputError(out, "the plan has blocking errors: " + "; ".join(i.message for i in plan.errors))
-    out = Path(os.path.abspath(out))
-    check_output_dir(out, plan.inventory.source.root)
+    return check_output_location(out, plan.inventory.source.root)
+
+
+def asset_files(plan: TrimPlan, reserved=frozenset()):
+    """Source files copied into every output (tokenizer, templates, generation/processor
+    configs, custom code), excluding those rewritten by the plan and the ``reserved`` names
+    mxtrim writes itself."""
+    return [
+        f for f in plan.inventory.source.files
+        if f.path not in plan.new_documents and f.kind in ASSET_KINDS and f.path not in reserved
+    ]
+
+
+def not_copied_files(plan: TrimPlan, reserved=frozenset()) -> list[dict]:
+    """Report entries for the source files an output does not take over."""
+    out = []
+    for f in plan.inventory.source.files:
+        if f.path in plan.new_documents or (f.kind in ASSET_KINDS and f.path not in reserved):
+            continue
+        detail = f"{f.detail + '; ' if f.detail else ''}name taken by mxtrim's own output" if f.kind in ASSET_KINDS else f.detail
+        out.append({"path": f.path, "kind": f.kind.value, "detail": detail})
     return out
 
 
-def asset_files(plan: TrimPlan):
-    """Source files copied into every output (tokenizer, templates, generation/processor
-    configs, custom code), excluding those rewritten by the plan."""
-    return [f for f in plan.inventory.source.files if f.path not in plan.new_documents and f.kind in ASSET_KINDS]
+def document_kind(name: str) -> str:
+    return "config" if name == CONFIG else "quantization config"
 
 
-def write_documents_and_assets(plan: TrimPlan, target: Path, emit, total_files: int, *, reserved=frozenset()):
+class FileEvents:
+    """One ``file`` progress event per written file, counted against the total to be written."""
+
+    def __init__(self, emit, total: int):
+        self.emit, self.total, self.done = emit, total, 0
+
+    def add(self, entry: dict) -> dict:
+        self.done += 1
+        self.emit({"event": "file", "path": entry["path"], "bytes": entry["bytes"], "done_files": self.done, "total_files": self.total})
+        return entry
+
+
+def write_documents_and_assets(plan: TrimPlan, target: Path, events: FileEvents, *, reserved=frozenset()):
     """Write the rewritten config / side quantization files and copy the assets into
     ``target``. Returns ``(files, not_copied)`` entries for the report. ``reserved``: names
     the caller writes itself (an asset of that name is not copied, and says so)."""
-    src = plan.inventory.source
     files: list[dict] = []
-    not_copied: list[dict] = []
     for name, doc in plan.new_documents.items():
         size = write_json(target / name, doc)
-        files.append({"path": name, "kind": "config" if name == CONFIG else "quantization config", "bytes": size, "from": "rewritten"})
-        emit({"event": "file", "path": name, "bytes": size, "done_files": len(files), "total_files": total_files})
-    for f in src.files:
-        if f.path in plan.new_documents:
-            continue
-        if f.kind in ASSET_KINDS and f.path not in reserved:
-            dest = target / f.path
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(src.root / f.path, dest)  # follows symlinks: a portable copy
-            origin = "copied" + (f" (symlink → {f.symlink_target} dereferenced)" if f.symlink_target else "")
-            size = dest.stat().st_size
-            files.append({"path": f.path, "kind": f.kind.value, "bytes": size, "from": origin})
-            emit({"event": "file", "path": f.path, "bytes": size, "done_files": len(files), "total_files": total_files})
-        else:
-            detail = f"{f.detail + '; ' if f.detail else ''}name taken by mxtrim's own output" if f.kind in ASSET_KINDS else f.detail
-            not_copied.append({"path": f.path, "kind": f.kind.value, "detail": detail})
-    return files, not_copied
+        files.append(events.add({"path": name, "kind": document_kind(name), "bytes": size, "from": "rewritten"}))
+    src = plan.inventory.source
+    for f in asset_files(plan, reserved):
+        dest = target / f.path
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src.root / f.path, dest)  # follows symlinks: a portable copy
+        files.append(events.add({"path": f.path, "kind": f.kind.value, "bytes": dest.stat().st_size, "from": copied_from(f)}))
+    return files, not_copied_files(plan, reserved)
 
 
-def write_plan_json(plan: TrimPlan, target: Path, out: Path, mode: str) -> dict:
-    plan_doc = plan_to_json(plan)
-    plan_doc["mode"] = mode
-    plan_doc["output"] = str(out)
-    size = write_json(target / "mxtrim-plan.json", plan_doc)
-    return {"path": "mxtrim-plan.json", "kind": "trim plan", "bytes": size, "from": "written"}
+def copied_from(f) -> str:
+    return "copied" + (f" (symlink → {f.symlink_target} dereferenced)" if f.symlink_target else "")
+
+
+def plan_json_text(plan: TrimPlan, out: Path, mode: str, serve=None) -> str:
+    """``mxtrim-plan.json``: the plan, the mode, the output and the serve settings."""
+    doc = plan_to_json(plan)
+    doc["mode"] = mode
+    doc["output"] = str(out)
+    doc["serve"] = serve_settings(plan, out, mode, serve)
+    return json_text(doc)
+
+
+def write_text(path: Path, text: str) -> int:
+    data = text.encode("utf-8")
+    path.write_bytes(data)
+    return len(data)
+
+
+def write_plan_json(plan: TrimPlan, target: Path, out: Path, mode: str, serve=None) -> dict:
+    size = write_text(target / PLAN_NAME, plan_json_text(plan, out, mode, serve))
+    return {"path": PLAN_NAME, "kind": "trim plan", "bytes": size, "from": "written"}
+
+
+def readme_entry(size: int) -> dict:
+    return {"path": README_NAME, "kind": "report", "bytes": size, "from": "written"}
 
 
 def rename_into_place(tmp: Path, out: Path) -> None:
@@ -143,27 +263,46 @@ def rename_into_place(tmp: Path, out: Path) -> None:
     os.rename(tmp, out)
 
 
-def write_dummy(plan: TrimPlan, out: Path, *, progress=None) -> WriteResult:
+def dummy_file_count(plan: TrimPlan) -> int:
+    return len(plan.new_documents) + len(asset_files(plan, DUMMY_GENERATED)) + len(DUMMY_GENERATED)
+
+
+def estimate_dummy_bytes(plan: TrimPlan, out: Path, serve=None) -> int:
+    """The bytes a dummy trim of ``plan`` at ``out`` writes, README and plan included: the
+    same texts :func:`write_dummy` writes, rendered in memory (exact unless the minute in the
+    README's timestamp turns in between)."""
+    out = Path(os.path.abspath(out))
+    files = [
+        {"path": name, "kind": document_kind(name), "bytes": len(json_text(doc).encode("utf-8")), "from": "rewritten"}
+        for name, doc in plan.new_documents.items()
+    ]
+    files += [{"path": f.path, "kind": f.kind.value, "bytes": f.size, "from": copied_from(f)} for f in asset_files(plan, DUMMY_GENERATED)]
+    plan_size = len(plan_json_text(plan, out, "dummy", serve).encode("utf-8"))
+    files.append({"path": PLAN_NAME, "kind": "trim plan", "bytes": plan_size, "from": "written"})
+    readme = render_report(plan, out, "dummy", files, not_copied_files(plan, DUMMY_GENERATED), serve=serve)
+    return sum(f["bytes"] for f in files) + len(readme.encode("utf-8"))
+
+
+def write_dummy(plan: TrimPlan, out: Path, *, progress=None, serve=None) -> WriteResult:
     """Write the dummy directory for ``plan`` at ``out`` (which must not exist).
 
-    ``progress(event)`` receives dicts: ``{"event": "stage", "name", "status"}`` and
-    ``{"event": "file", "path", "bytes", "done_files", "total_files"}``."""
+    ``progress(event)`` receives dicts: ``{"event": "stage", "name", "status"}`` and one
+    ``{"event": "file", "path", "bytes", "done_files", "total_files"}`` per written file.
+    ``serve`` (BudgetInputs): the serve settings the report's command spells out."""
     emit = progress or (lambda event: None)
     out = prepare_output(plan, out)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    make_parent(out)
     tmp = temp_sibling(out)
     if tmp.exists():
         shutil.rmtree(tmp)
-    total = len(plan.new_documents) + len(asset_files(plan)) + 2
+    events = FileEvents(emit, dummy_file_count(plan))
     try:
         tmp.mkdir()
         emit({"event": "stage", "name": "write", "status": "start", "temporary": str(tmp)})
-        files, not_copied = write_documents_and_assets(plan, tmp, emit, total)
-        files.append(write_plan_json(plan, tmp, out, "dummy"))
-        readme = render_report(plan, out, "dummy", files, not_copied)
-        (tmp / "README.md").write_text(readme, encoding="utf-8")
-        files.append({"path": "README.md", "kind": "report", "bytes": len(readme.encode()), "from": "written"})
-        emit({"event": "file", "path": "README.md", "bytes": len(readme.encode()), "done_files": len(files), "total_files": total})
+        files, not_copied = write_documents_and_assets(plan, tmp, events, reserved=DUMMY_GENERATED)
+        files.append(events.add(write_plan_json(plan, tmp, out, "dummy", serve)))
+        readme = render_report(plan, out, "dummy", files, not_copied, serve=serve)
+        files.append(events.add(readme_entry(write_text(tmp / README_NAME, readme))))
         rename_into_place(tmp, out)
         emit({"event": "stage", "name": "write", "status": "done", "output": str(out)})
     except BaseException:

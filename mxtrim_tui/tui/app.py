@@ -25,14 +25,15 @@ from textual.worker import Worker, WorkerState
 
 from ..core.errors import InputError
 from ..core.gpu import probe_gpus
-from .screens.base import STEPS, HelpScreen
+from .screens.base import STEPS, HelpScreen, WizardScreen
 from .screens.budget import BudgetScreen
 from .screens.inventory import InventoryScreen
 from .screens.output import OutputScreen
 from .screens.run import RunScreen, terminate, trim_argv
 from .screens.selection import SelectionScreen
 from .screens.source import SourceScreen
-from .settings import load_keymap, remember_source
+from .keymap import binding_scopes, check_keymap
+from .settings import config_dir, remember_source
 from .state import WizardState
 
 
@@ -54,6 +55,27 @@ class ErrorScreen(ModalScreen[None]):
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         self.dismiss()
+
+
+class ConfirmQuitScreen(ModalScreen[bool]):
+    """Quitting while a trim runs: say what will happen and ask."""
+
+    BINDINGS = [
+        Binding("y", "answer(True)", "Quit", id="quit.yes"),
+        Binding("n,escape", "answer(False)", "Stay", id="quit.no"),
+    ]
+
+    def compose(self):
+        with Vertical(id="confirm-box"):
+            yield Static("[b yellow]A trim is still running.[/]", id="confirm-title")
+            yield Static(
+                "Quit now? The trim is stopped and its partial output removed; nothing is left "
+                "half-written.\n\n[b]y[/] quit and stop it · [b]n[/] / Esc keep it running",
+                id="confirm-message",
+            )
+
+    def action_answer(self, quit_now: bool) -> None:
+        self.dismiss(quit_now)
 
 
 class WizardCommands(Provider):
@@ -110,12 +132,11 @@ class MxtrimApp(App):
         self.tree_root = tree_root
         self.gpu_probe = gpu_probe
         self._children: set[subprocess.Popen] = set()
+        self.keymap_problems: list[str] = []
         atexit.register(self._kill_children)
 
     def on_mount(self) -> None:
-        keymap = load_keymap()
-        if keymap:
-            self.set_keymap(keymap)
+        self._apply_keymap()
         self.install_screen(SourceScreen(self.tree_root), "source")
         self.install_screen(InventoryScreen(), "inventory")
         self.install_screen(SelectionScreen(), "selection")
@@ -126,6 +147,18 @@ class MxtrimApp(App):
         self.call_after_refresh(self._mark, "first_frame")
         if self.initial_source is not None:
             self.call_after_refresh(self.load_source, self.initial_source)
+
+    def _apply_keymap(self) -> None:
+        """The user's keymap.json: applied entry by entry; each mistake reported once, here and
+        in F1 help."""
+        screens = {cls.STEP: cls.BINDINGS for cls in (SourceScreen, InventoryScreen, SelectionScreen, BudgetScreen, OutputScreen, RunScreen)}
+        screens |= {"help": HelpScreen.BINDINGS, "error": ErrorScreen.BINDINGS, "confirm quit": ConfirmQuitScreen.BINDINGS}
+        check = check_keymap(config_dir() / "keymap.json", binding_scopes(self.BINDINGS, WizardScreen.BINDINGS, screens))
+        self.keymap_problems = check.problems
+        if check.keymap:
+            self.set_keymap(check.keymap)
+        if check.problems:
+            self.notify("\n".join(check.problems) + "\n(F1 lists them again)", title="keymap.json", severity="warning", timeout=20)
 
     # --- navigation ------------------------------------------------------------------------
     def action_goto(self, step: str) -> None:
@@ -168,14 +201,17 @@ class MxtrimApp(App):
         from ..core.inventory import build_inventory
         from ..core.source import open_source
 
+        from ..core.plan import Selection, build_plan
+
         inv = build_inventory(open_source(path))
-        return path, inv
+        # the automatic selection straight away: every later step has a plan to show
+        return path, inv, build_plan(inv, Selection({}, None))
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         worker = event.worker
         if event.state == WorkerState.SUCCESS and worker.group == "load":
-            path, inv = worker.result
-            self.state = WizardState(source_path=path, inventory=inv, workspace=self.state.workspace)
+            path, inv, plan = worker.result
+            self.state = WizardState(source_path=path, inventory=inv, plan=plan, workspace=self.state.workspace)
             remember_source(path.resolve())
             self.get_screen("source").refresh_view()
             self.call_after_refresh(self._mark, "inventory_ready")
@@ -209,11 +245,14 @@ class MxtrimApp(App):
         if st.plan.errors:
             self.show_error("The plan is blocked", "\n".join(i.message + (f"\n  fix: {i.fix}" if i.fix else "") for i in st.plan.errors))
             return
-        if st.output_path is None:
-            self.action_goto("output")
+        if st.budget_errors:
+            self.show_error("The budget has invalid values", "\n".join(f"{k}: {v}" for k, v in st.budget_errors.items()) + "\n\nCorrect them in step 4.")
             return
-        if st.output_path.exists():
-            self.show_error("Output exists", f"{st.output_path} already exists; mxtrim never overwrites an output.")
+        from .screens.output import location_problem
+
+        problem = location_problem(st)
+        if problem:
+            self.show_error("Cannot write there", problem)
             return
         self.action_goto("run")
         # the run screen composes on first show: start once it is on screen
@@ -234,7 +273,20 @@ class MxtrimApp(App):
             terminate(proc, grace=3.0)
         self._children.clear()
 
+    def children_running(self) -> bool:
+        return any(proc.poll() is None for proc in self._children)
+
     async def action_quit(self) -> None:
+        if self.children_running() and not isinstance(self.screen, ConfirmQuitScreen):
+            self.push_screen(ConfirmQuitScreen(), self._quit_answered)
+            return
+        self._quit_now()
+
+    def _quit_answered(self, quit_now: bool | None) -> None:
+        if quit_now:
+            self._quit_now()
+
+    def _quit_now(self) -> None:
         self._kill_children()
         self.exit()
 

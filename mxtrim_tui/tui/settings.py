@@ -1,4 +1,5 @@
-"""User files: recent sources and the key map, under $XDG_CONFIG_HOME/mxtrim."""
+"""User files under $XDG_CONFIG_HOME/mxtrim: recent sources (here) and the key map
+(``keymap.json``, checked by ``tui.keymap``)."""
 
 from __future__ import annotations
 
@@ -28,12 +29,3 @@ def remember_source(path: Path, limit: int = 8) -> None:
         (config_dir() / "recent.json").write_text(json.dumps(items[:limit], indent=1))
     except OSError:
         pass  # a read-only home must not break the wizard
-
-
-def load_keymap() -> dict[str, str]:
-    """``keymap.json``: {"binding id": "keys"}, e.g. {"selection.toggle": "x"}."""
-    try:
-        doc = json.loads((config_dir() / "keymap.json").read_text())
-    except (OSError, ValueError, RecursionError):
-        return {}
-    return {str(k): str(v) for k, v in doc.items()} if isinstance(doc, dict) else {}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,11 +20,35 @@ class WizardState:
     mtp: bool | None = None
     plan: TrimPlan | None = None
     mode: str = "dummy"
-    output_path: Path | None = None
+    # exactly what the user typed as the output directory; None = the default name, which
+    # follows the plan and the mode
+    output_text: str | None = None
     workspace: Path = field(default_factory=Path.cwd)
     budget_inputs: BudgetInputs = field(default_factory=BudgetInputs)
+    # the budget step's fields as typed, and whether the user changed any of them (only then do
+    # they reach the serve command written into the report)
+    budget_text: dict[str, str] = field(default_factory=dict)
+    budget_errors: dict[str, str] = field(default_factory=dict)
     last_output: Path | None = None
     _estimate: tuple | None = field(default=None, repr=False)
+    _dummy_estimate: tuple | None = field(default=None, repr=False)
+
+    @property
+    def output_path(self) -> Path | None:
+        """The absolute directory a write goes to: what the user typed (relative to the
+        workspace, ``~`` expanded), else the default name for the current plan and mode."""
+        if self.output_text is not None:
+            path = Path(os.path.expanduser(self.output_text))
+            return Path(os.path.abspath(path if path.is_absolute() else self.workspace / path))
+        if self.plan is None:
+            return None
+        from ..core.writer import default_output_dir
+
+        return default_output_dir(self.plan, Path(os.path.abspath(self.workspace)), self.mode)
+
+    @property
+    def budget_chosen(self) -> bool:
+        return bool(self.budget_text)
 
     def disk_estimate(self):
         """The exact real-weight output size of the current plan, computed once per plan
@@ -41,12 +66,24 @@ class WizardState:
         return Selection(keep, self.mtp)
 
     def keep_args(self) -> list[str]:
-        """The same selection as CLI flags (the run screen starts `mxtrim trim` with them)."""
+        """The same selection as CLI flags (the run screen starts `mxtrim trim` with them).
+        An automatic choice stays automatic, so that the child's plan, report and size are
+        the ones shown here."""
         args: list[str] = []
         if self.plan is not None:
             for sub, idx in self.plan.kept.items():
-                if sub == "text" or self.keep.get(sub) is not None:
+                if self.keep.get(sub) is not None:
                     args += ["--keep", f"{sub}=" + ",".join(map(str, idx))]
-        if self.plan is not None and "mtp" in self.plan.inventory.submodels:
-            args.append("--mtp" if self.plan.mtp_kept else "--no-mtp")
+            if "mtp" in self.plan.inventory.submodels and self.mtp is not None:
+                args.append("--mtp" if self.plan.mtp_kept else "--no-mtp")
         return args
+
+    def serve_args(self) -> list[str]:
+        """The budget step's choices as `mxtrim trim` flags, once the user changed any."""
+        if not self.budget_chosen:
+            return []
+        b = self.budget_inputs
+        args = ["--tp", str(b.tp), "--max-model-len", str(b.max_model_len), "--max-num-seqs", str(b.max_num_seqs)]
+        if b.pp != 1:
+            args += ["--pp", str(b.pp)]
+        return args + ["--gpu-memory-utilization", f"{b.gpu_memory_utilization:g}"]

@@ -67,7 +67,7 @@ class WizardScreen(Screen):
         yield StepBar(self.STEP)
 
     def compose_footer(self) -> ComposeResult:
-        yield Footer()
+        yield Footer(compact=True)
 
     def on_screen_resume(self) -> None:
         self.refresh_view()
@@ -95,13 +95,26 @@ class HelpScreen(ModalScreen[None]):
             bid = b.id or ""
             return 0 if bid.startswith(step + ".") else 1 if bid.startswith("step.") else 2 if bid.startswith("app.") else 3
 
+        jumps = []
         for binding in sorted(_all_bindings(self.target), key=rank):
-            label = binding.description or binding.action
-            if (binding.key, label) in seen:
+            if not binding.description or binding.action == "help_quit":
+                continue  # Textual's internal bindings (a key shown twice, one of them meaningless)
+            if (binding.id or "").startswith("step.") and binding.key.isdigit():
+                jumps.append(binding)
                 continue
-            seen.add((binding.key, label))
-            lines.append(f"- `{self.app.get_key_display(binding)}` {label}" + (f" *(id `{binding.id}`)*" if binding.id else ""))
+            key = self.app.get_key_display(binding)
+            if (key, binding.description) in seen or (binding.id is None and any(k == key for k, _ in seen)):
+                continue
+            seen.add((key, binding.description))
+            lines.append(f"- `{key}` {binding.description}" + (f" *(id `{binding.id}`)*" if binding.id else ""))
+        if jumps:
+            keys = " ".join(self.app.get_key_display(b) for b in jumps)
+            lines.append(f"- `{keys}` jump to step 1–6 when no text box has focus *(ids `step.source` … `step.run`)*")
         lines += ["", "Keys can be remapped by id in `~/.config/mxtrim/keymap.json`."]
+        problems = getattr(self.app, "keymap_problems", [])
+        if problems:
+            lines += ["", "**Key map problems** (those entries are not applied)", ""]
+            lines += [f"- {p}" for p in problems]
         with Vertical(id="help-box"):
             with VerticalScroll():
                 yield Markdown("\n".join(lines))

@@ -3,8 +3,6 @@ live GPU occupancy (refreshed in a worker, never blocking)."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from rich.table import Table
 from rich.text import Text
 from textual import on, work
@@ -13,9 +11,9 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import DataTable, Input, Label, Static
 
-from ...core.budget import compute_budget
+from ...core.budget import check_parallelism, compute_budget, parse_budget_inputs
+from ...core.report import default_serve
 from ...core.units import human_bytes
-from ...core.writer import asset_files
 from .base import WizardScreen
 
 GPU_REFRESH_SECONDS = 5.0
@@ -32,13 +30,20 @@ def bar(used: int, total: int, width: int = 30) -> Text:
 
 
 def output_bytes(state) -> int:
-    """Exact for real weights (shard headers and all, from the extraction layout); for dummy
-    outputs the copied assets plus the rewritten configs."""
+    """Exact: for real weights the extraction layout (shard headers and all); for dummy
+    outputs every file written, README.md and mxtrim-plan.json included (rendered as the
+    writer renders them; computed once per plan, path, mode and serve settings)."""
     plan = state.plan
     if state.mode == "weights" and plan.inventory.source.shards:
         return state.disk_estimate().total
-    assets = sum(f.size for f in asset_files(plan))
-    return assets + sum(len(str(d)) for d in plan.new_documents.values())
+    from ...core.writer import estimate_dummy_bytes
+
+    serve = state.budget_inputs if state.budget_chosen else None
+    out = state.output_path
+    cached = state._dummy_estimate
+    if cached is None or cached[0] is not plan or cached[1:3] != (out, serve):
+        cached = state._dummy_estimate = (plan, out, serve, estimate_dummy_bytes(plan, out, serve))
+    return cached[3]
 
 
 class BudgetScreen(WizardScreen):
@@ -51,25 +56,53 @@ class BudgetScreen(WizardScreen):
         "trimming rules: reduce context, concurrency and cache budgets before anything else."
     )
     BINDINGS = [Binding("ctrl+r", "refresh_gpus", "Refresh GPUs", id="budget.refresh")]
+    # the digits jump between steps: start outside the text boxes (Tab moves into them)
+    AUTO_FOCUS = "#budget-body"
+    FIELDS = (
+        ("tp", "TP"),
+        ("pp", "PP"),
+        ("max_model_len", "context"),
+        ("max_num_seqs", "seqs"),
+        ("gpu_memory_utilization", "util"),
+        ("gpu_gib", "GPU GiB"),
+    )
 
     def __init__(self) -> None:
         super().__init__()
         self.probe = None
+        self._filled: dict[str, str] = {}  # what the screen put in each box
+
+    def _defaults(self) -> dict[str, str]:
+        """What the report's serve command uses when nothing is chosen (context long enough
+        for the kept paths' triggering prompts)."""
+        st = self.app.state
+        b = default_serve(st.plan) if st.plan is not None else st.budget_inputs
+        return {
+            "tp": str(b.tp), "pp": str(b.pp), "max_model_len": str(b.max_model_len), "max_num_seqs": str(b.max_num_seqs),
+            "gpu_memory_utilization": f"{b.gpu_memory_utilization:g}", "gpu_gib": "",
+        }
+
+    def _fill_inputs(self) -> None:
+        """Each box shows what the user typed there, else the default for the current plan."""
+        typed = self.app.state.budget_text
+        for name, value in self._defaults().items():
+            box = self.query_one(f"#in-{name}", Input)
+            wanted = typed.get(name, value)
+            if name not in typed:
+                self._filled[name] = wanted
+            if box.value != wanted:
+                box.value = wanted
 
     def compose(self) -> ComposeResult:
         yield from self.compose_header()
         with VerticalScroll(id="budget-body"):
             with Horizontal(id="budget-inputs"):
-                for name, label, value in (
-                    ("tp", "TP", "1"),
-                    ("max_model_len", "context", "4096"),
-                    ("max_num_seqs", "seqs", "1"),
-                    ("gpu_memory_utilization", "util", "0.9"),
-                    ("gpu_gib", "GPU GiB", ""),
-                ):
+                for name, label in self.FIELDS:
                     with Vertical(classes="budget-field"):
                         yield Label(label)
-                        yield Input(value=value, id=f"in-{name}", restrict=r"[0-9.]*")
+                        # marked invalid by this screen (the core's rules), not by Input itself
+                        yield Input(id=f"in-{name}", validate_on=())
+            yield Static("", id="budget-errors")
             yield Static("", id="disk-view")
             yield Label("GPUs", classes="pane-title")
             yield Static("probing…", id="gpu-status")
@@ -90,38 +123,47 @@ class BudgetScreen(WizardScreen):
             disk.update("Choose layers first (step 3).")
             view.update("")
             return
+        self._fill_inputs()
+        self._update_budget()
+
+    def _show_disk(self) -> None:
+        """The output's exact size against the free space where it goes (follows the serve
+        settings too: they are spelled out in the README)."""
         from ...core.disk_budget import existing_ancestor  # psutil and the extraction planner: when first needed
 
-        probe_dir = existing_ancestor((st.output_path or st.workspace).resolve())
+        st = self.app.state
+        probe_dir = existing_ancestor(st.output_path)
         free = self.app.disk_usage(probe_dir).free
         need = output_bytes(st)
         t = Table.grid(padding=(0, 1))
         t.add_column(style="bold")
         t.add_column()
-        t.add_row("disk", f"{st.mode} output ≈ {human_bytes(need)} ({need:,} B); free {human_bytes(free)} at {probe_dir}")
+        t.add_row("disk", f"{st.mode} output {human_bytes(need)} ({need:,} B); free {human_bytes(free)} at {probe_dir}")
         t.add_row("", bar(need, free))
-        disk.update(t)
-        self._update_budget()
+        self.query_one("#disk-view", Static).update(t)
 
     def _inputs(self):
+        """The typed fields, parsed and checked by the core (the CLI's flags use the same
+        rules); invalid boxes are marked and their messages listed under the boxes."""
         st = self.app.state
-        values = {}
-        for name in ("tp", "max_model_len", "max_num_seqs", "gpu_memory_utilization"):
-            raw = self.query_one(f"#in-{name}", Input).value
-            try:
-                values[name] = float(raw) if name == "gpu_memory_utilization" else max(1, int(float(raw)))
-            except ValueError:
-                continue
-        gpu_total = None
-        typed = self.query_one("#in-gpu_gib", Input).value
-        if typed:
-            try:
-                gpu_total = int(float(typed) * 2**30)
-            except ValueError:
-                gpu_total = None
-        if gpu_total is None and self.probe is not None and self.probe.gpus:
-            gpu_total = self.probe.gpus[0].total_bytes  # the first visible device
-        return replace(st.budget_inputs, gpu_total_bytes=gpu_total, **values)
+        raw = {name: self.query_one(f"#in-{name}", Input).value for name, _ in self.FIELDS}
+        from dataclasses import replace
+
+        inputs, errors = parse_budget_inputs(raw, replace(st.budget_inputs, gpu_total_bytes=None))
+        # TP/PP against the model, for the fields that parsed (an invalid one kept the old value)
+        errors = check_parallelism(st.plan, inputs) | errors
+        for name, _ in self.FIELDS:
+            box = self.query_one(f"#in-{name}", Input)
+            box.set_class(name in errors, "-invalid")
+            box.set_class(name not in errors, "-valid")
+        labels = dict(self.FIELDS)
+        self.query_one("#budget-errors", Static).update(
+            Text("\n".join(f"✗ {labels[k]}: {v}" for k, v in errors.items()), style="bold red") if errors else ""
+        )
+        st.budget_errors = {labels[k]: v for k, v in errors.items()}
+        if inputs.gpu_total_bytes is None and self.probe is not None and self.probe.gpus:
+            inputs = replace(inputs, gpu_total_bytes=self.probe.gpus[0].total_bytes)  # the first visible device
+        return inputs
 
     def _update_budget(self) -> None:
         st = self.app.state
@@ -129,6 +171,7 @@ class BudgetScreen(WizardScreen):
             return
         inputs = self._inputs()
         st.budget_inputs = inputs
+        self._show_disk()
         b = compute_budget(st.plan, inputs)
         t = Table.grid(padding=(0, 1))
         t.add_column(style="bold", no_wrap=True)
@@ -155,6 +198,13 @@ class BudgetScreen(WizardScreen):
     @on(Input.Changed)
     def _changed(self, event: Input.Changed) -> None:
         if event.input.id and event.input.id.startswith("in-"):
+            name = event.input.id[3:]
+            if name in self._filled:
+                typed = self.app.state.budget_text
+                if event.value == self._filled[name]:
+                    typed.pop(name, None)  # the default again (shown by the screen, or typed back)
+                else:
+                    typed[name] = event.value  # typed by the user: kept
             self._update_budget()
 
     # --- GPU probe in a worker ------------------------------------------------------------

@@ -37,8 +37,8 @@ class InventoryScreen(WizardScreen):
     )
     BINDINGS = [
         Binding("slash", "focus_filter", "Filter", id="inventory.filter"),
-        Binding("ctrl+g", "show_tab('groups')", "Groups", id="inventory.groups"),
-        Binding("ctrl+y", "show_tab('layers')", "Layers", id="inventory.layers"),
+        Binding("ctrl+g", "show_tab('groups')", "Groups", id="inventory.groups", priority=True),
+        Binding("ctrl+y", "show_tab('layers')", "Layers", id="inventory.layers", priority=True),
     ]
 
     def __init__(self) -> None:
@@ -62,9 +62,10 @@ class InventoryScreen(WizardScreen):
 
     def on_mount(self) -> None:
         t = self.query_one("#layer-table", DataTable)
-        t.add_columns("", "sub", "#", "attention", "mlp", "special", "weights", "tensors", "bytes")
+        # numbers and dtypes first: at 80 columns the free text on the right is what gets cut
+        t.add_columns("", "sub", "#", "bytes", "tensors", "weights", "attention", "mlp", "special")
         g = self.query_one("#group-table", DataTable)
-        g.add_columns("", "sub", "kind", "special", "n", "layers", "bytes")
+        g.add_columns("", "sub", "n", "bytes", "layers", "kind", "special")
         p = self.query_one("#part-table", DataTable)
         p.add_columns("submodel", "part", "tensors", "bytes")
 
@@ -85,11 +86,11 @@ class InventoryScreen(WizardScreen):
             groups.add_row(
                 Text(grp.symbol, style=f"bold {group_style(grp.id)}"),
                 grp.submodel,
+                Text(str(len(grp.layers)), justify="right"),
+                Text(human_bytes(grp.nbytes), justify="right"),
+                index_ranges(grp.layers),
                 f"{k.attention} · {mlp}",
                 ", ".join(k.special) or "—",
-                str(len(grp.layers)),
-                index_ranges(grp.layers),
-                human_bytes(grp.nbytes),
             )
         parts = self.query_one("#part-table", DataTable)
         parts.clear()
@@ -119,11 +120,14 @@ class InventoryScreen(WizardScreen):
                 g = inv.groups[layer.group]
                 table.add_row(
                     Text(g.symbol, style=f"bold {group_style(g.id)}"),
-                    *row[:4],
-                    row[4] or "—",
+                    sm.name,
+                    Text(str(layer.index), justify="right"),
+                    Text(human_bytes(layer.nbytes), justify="right"),
+                    Text(str(len(layer.tensors)), justify="right"),
                     row[5] or "—",
-                    str(len(layer.tensors)),
-                    human_bytes(layer.nbytes),
+                    k.attention,
+                    mlp,
+                    row[4] or "—",
                     key=f"{sm.name}:{layer.index}",
                 )
         self._show_detail()
@@ -172,4 +176,8 @@ class InventoryScreen(WizardScreen):
         self.query_one("#filter", Input).focus()
 
     def action_show_tab(self, tab: str) -> None:
+        # the focus goes with the tab: a focused widget left in the hidden pane would pull the
+        # tabs back to it
         self.query_one(TabbedContent).active = tab
+        table = {"layers": "#layer-table", "groups": "#group-table", "parts": "#part-table"}[tab]
+        self.query_one(table, DataTable).focus()

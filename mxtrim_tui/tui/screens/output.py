@@ -2,20 +2,29 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from rich.table import Table
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Vertical
+from textual.containers import VerticalScroll
 from textual.widgets import Input, Label, RadioButton, RadioSet, Static
 
+from ...core.errors import InputError
 from ...core.units import human_bytes
-from ...core.writer import asset_files, default_output_dir
+from ...core.writer import asset_files, check_output_location
 from .base import WizardScreen
 from .budget import output_bytes
+
+
+def location_problem(state) -> str | None:
+    """Why the chosen output directory cannot be written (one line), or None. The same check
+    `mxtrim trim` makes before writing anything."""
+    try:
+        check_output_location(state.output_path, state.plan.inventory.source.root, output_bytes(state))
+    except InputError as exc:
+        return str(exc)
+    return None
 
 
 class OutputScreen(WizardScreen):
@@ -23,14 +32,25 @@ class OutputScreen(WizardScreen):
     HELP = (
         "Dummy: config + tokenizer assets for `vllm serve --load-format dummy`. Real weights: the "
         "kept tensors copied byte-exact into new shards with a reproducible extraction script. "
-        "The default path follows tools/batched_test/models/<model>-<mode>-<N>layers under the "
-        "workspace and never names an existing directory. Ctrl+S writes (on the run screen)."
+        "Type any output directory (relative paths are taken from the workspace); what you type is "
+        "kept until you change it. Left empty, the default "
+        "tools/batched_test/models/<model>-<mode>-<N>layers under the workspace follows the layers "
+        "and mode you choose, and never names an existing directory. Ctrl+L goes to the path box. The location is "
+        "checked as you type (exists, inside the source, writable, free space). Ctrl+S writes."
     )
-    BINDINGS = [Binding("ctrl+s", "write", "Write", id="output.write")]
+    BINDINGS = [
+        Binding("ctrl+s", "write", "Write", id="output.write"),
+        Binding("ctrl+l", "focus_path", "Path", id="output.focus_path"),
+    ]
+    AUTO_FOCUS = "#mode"  # Tab goes on to the path box; the body scrolls (shift+Tab) at 80x24
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._default_shown: str | None = None
 
     def compose(self) -> ComposeResult:
         yield from self.compose_header()
-        with Vertical(id="output-body"):
+        with VerticalScroll(id="output-body"):
             yield Label("Mode")
             with RadioSet(id="mode"):
                 yield RadioButton("Dummy (config + tokenizer, --load-format dummy)", value=True, id="mode-dummy")
@@ -46,19 +66,31 @@ class OutputScreen(WizardScreen):
         if st.plan is None:
             summary.update("Choose layers first (step 3).")
             return
-        path_input = self.query_one("#out-path", Input)
-        if st.output_path is None or st.output_path.exists():
-            st.output_path = default_output_dir(st.plan, st.workspace.resolve(), st.mode)
-        if path_input.value != str(st.output_path):
-            path_input.value = str(st.output_path)
+        self._show_path()
         self._summarise()
+
+    def _show_path(self) -> None:
+        """The box shows what the user typed, or else the current default (kept up to date)."""
+        st = self.app.state
+        path_input = self.query_one("#out-path", Input)
+        if st.output_text is not None:
+            wanted = st.output_text
+        else:
+            wanted = self._default_shown = str(st.output_path)
+        if path_input.value != wanted:
+            path_input.value = wanted
 
     def _summarise(self) -> None:
         st = self.app.state
         plan = st.plan
         t = Table.grid(padding=(0, 1))
         t.add_column(style="bold", no_wrap=True)
-        t.add_column()
+        t.add_column(overflow="fold")  # paths and reasons wrap, never cut
+        problem = location_problem(st)
+        if problem:
+            t.add_row(Text("writes to", style="bold red"), Text(f"✗ {problem}", style="bold red"))
+        else:
+            t.add_row("writes to", Text(str(st.output_path), style="bold green"))
         t.add_row("layers", f"{plan.new_depth} text layer(s) {plan.kept.get('text')}" + (f", MTP {'kept' if plan.mtp_kept else 'dropped'}" if "mtp" in plan.inventory.submodels else ""))
         files = ["config.json (rewritten)", *[f for f in plan.new_documents if f != "config.json"]]
         assets = [f.path for f in asset_files(plan)]
@@ -69,17 +101,20 @@ class OutputScreen(WizardScreen):
             t.add_row("weights", f"{len(plan.renames):,} tensors copied byte-exact, extract_weights.py, manifest.json")
             if plan.inventory.source.shards and not plan.errors:
                 est = st.disk_estimate()
-                ok, free, message = check_free_space(est, st.output_path or st.workspace)
+                ok, free, message = check_free_space(est, st.output_path)
                 t.add_row("disk", Text(message, style="" if ok else "bold red"))
                 t.add_row("", Text(f"{est.shards} shard(s): " + est.breakdown(), style="dim"))
             elif not plan.inventory.source.shards:
                 t.add_row(Text("blocked", style="bold red"), Text("the source has no weights: only dummy mode applies", style="red"))
         else:
             t.add_row("weights", "none (dummy load allocates random parameters)")
-            t.add_row("size", f"≈ {human_bytes(output_bytes(st))}")
+            t.add_row("size", f"{human_bytes(output_bytes(st))} (README.md and mxtrim-plan.json included)")
         t.add_row("report", "README.md + mxtrim-plan.json in the output")
-        if st.output_path is not None and st.output_path.exists():
-            t.add_row(Text("path", style="bold red"), Text("exists: choose another (never overwritten)", style="red"))
+        if st.budget_chosen:
+            b = st.budget_inputs
+            t.add_row("serve", f"TP={b.tp}" + (f" PP={b.pp}" if b.pp != 1 else "") + f", context {b.max_model_len}, {b.max_num_seqs} seq(s), utilisation {b.gpu_memory_utilization:g} (from step 4)")
+        if st.budget_errors:
+            t.add_row(Text("blocked", style="bold red"), Text("budget (step 4): " + "; ".join(st.budget_errors.values()), style="red"))
         if plan.errors:
             t.add_row(Text("blocked", style="bold red"), Text("; ".join(i.message for i in plan.errors), style="red"))
         self.query_one("#output-summary", Static).update(t)
@@ -89,16 +124,23 @@ class OutputScreen(WizardScreen):
         st = self.app.state
         st.mode = "weights" if event.pressed.id == "mode-weights" else "dummy"
         if st.plan is not None:
-            st.output_path = default_output_dir(st.plan, st.workspace.resolve(), st.mode)
-            self.query_one("#out-path", Input).value = str(st.output_path)
+            self._show_path()  # only the default name changes with the mode
             self._summarise()
 
     @on(Input.Changed, "#out-path")
     def _path(self, event: Input.Changed) -> None:
-        if event.value.strip():
-            self.app.state.output_path = Path(event.value.strip()).expanduser()
-            if self.app.state.plan is not None:
-                self._summarise()
+        st = self.app.state
+        value = event.value
+        if value == self._default_shown or not value.strip():
+            st.output_text = None  # the default (shown by the screen, or typed back), or nothing
+        else:
+            self._default_shown = None
+            st.output_text = value
+        if st.plan is not None:
+            self._summarise()
+
+    def action_focus_path(self) -> None:
+        self.query_one("#out-path", Input).focus()
 
     def action_write(self) -> None:
         self.app.start_run()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -23,6 +24,7 @@ from textual.widgets import Label, ProgressBar, RichLog, Static
 from ...core.units import human_bytes
 from .base import WizardScreen
 
+clock = time.monotonic  # a module name, so that a snapshot test can pin the elapsed times
 LOG_LINES = 2000
 LINE_LIMIT = 400  # very long lines are cut, the rest of the log stays readable
 
@@ -57,12 +59,15 @@ class RunScreen(WizardScreen):
     HELP = (
         "The trim runs as a child process — the same `mxtrim trim` the CLI offers — and its "
         "progress and log stream here (stdout plain, stderr yellow; the log follows the end only "
-        "while you are at the bottom). Escape cancels: the child is terminated and removes its "
-        "partial output. Validation (offline loads, vllm serve) lands with the validation issue."
+        "while you are at the bottom). Escape cancels a running trim: the child is terminated and "
+        "removes its partial output; with nothing running, Escape goes back to the output step. "
+        "After a write, the serve command of the output's README is shown here. The output's "
+        "README marks every vLLM check unverified until it has been run."
     )
     BINDINGS = [
         Binding("escape", "cancel", "Cancel", id="run.cancel"),
-        Binding("ctrl+s", "start", "Start", id="run.start"),
+        Binding("escape", "back", "Back", id="run.back", show=False),  # ^b Back is shown
+        Binding("ctrl+s", "start", "Write", id="run.start"),
     ]
 
     def __init__(self) -> None:
@@ -70,6 +75,8 @@ class RunScreen(WizardScreen):
         self.process: subprocess.Popen | None = None
         self.progress = RunProgress()
         self._cancelled = False
+        self._starting = False
+        self._last_error = ""
 
     def compose(self) -> ComposeResult:
         yield from self.compose_header()
@@ -82,11 +89,7 @@ class RunScreen(WizardScreen):
             # higher up (a per-write "am I at the bottom?" check misses bursts of lines written
             # before the pending scroll has happened, and then stops following for good)
             yield RichLog(id="run-log", max_lines=LOG_LINES, wrap=False, markup=False, highlight=False, auto_scroll=False)
-            yield Static(
-                Text("Validation: not available yet — offline loads and vllm serve land with the validation issue; "
-                     "the output's README marks every check unverified.", style="dim"),
-                id="run-validation",
-            )
+            yield Static("", id="run-serve")
         yield from self.compose_footer()
 
     def on_mount(self) -> None:
@@ -96,6 +99,18 @@ class RunScreen(WizardScreen):
     def running(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
+    def check_action(self, action: str, parameters: tuple) -> bool | None:
+        # Escape is "Cancel" while a child runs and "Back" otherwise; the footer shows the one
+        # that applies
+        if action == "cancel":
+            return self.running or self._starting
+        if action == "back":
+            return not (self.running or self._starting)
+        return True
+
+    def action_back(self) -> None:
+        self.app.action_previous_step()
+
     def action_start(self) -> None:
         self.app.start_run()
 
@@ -104,13 +119,19 @@ class RunScreen(WizardScreen):
             self.notify("a run is already in progress", severity="warning")
             return
         self._cancelled = False
-        self.progress = RunProgress(started=time.monotonic())
+        self._starting = True
+        self._last_error = ""
+        self.progress = RunProgress(started=clock())
         log = self.query_one("#run-log", RichLog)
         log.clear()
         shown = ["mxtrim"] + argv[3:] if argv[1:3] == ["-m", "mxtrim_tui"] else argv
-        log.write(Text("$ " + " ".join(shown), style="bold"))
-        self.query_one("#run-status", Static).update(Text("running…", style="bold"))
+        log.write(Text("$ " + shlex.join(shown), style="bold"))
+        out = argv[argv.index("--out") + 1] if "--out" in argv else None
+        self.query_one("#run-status", Static).update(Text(f"writing {out} …" if out else "running…", style="bold"))
         self.query_one("#run-progress", ProgressBar).update(total=None, progress=0)
+        self.query_one("#run-stats", Static).update("")
+        self.query_one("#run-serve", Static).update("")
+        self.refresh_bindings()
         self._run(argv)
 
     @work(thread=True, exclusive=True, group="run", exit_on_error=False)
@@ -118,6 +139,7 @@ class RunScreen(WizardScreen):
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
         self.process = proc
+        self._starting = False
         self.app.register_child(proc)
         out_chunks: list[str] = []
 
@@ -146,6 +168,8 @@ class RunScreen(WizardScreen):
         if isinstance(event, dict) and "event" in event:
             self._on_event(event)
             return
+        if line.startswith("mxtrim: error: "):
+            self._last_error = line[len("mxtrim: error: "):]
         shown = line if len(line) <= LINE_LIMIT else line[:LINE_LIMIT] + " …"
         self._log(Text(shown, style="yellow" if message.stream == "stderr" else ""))
 
@@ -175,7 +199,7 @@ class RunScreen(WizardScreen):
 
     def _show_progress(self, force: bool = False) -> None:
         p = self.progress
-        now = time.monotonic()
+        now = clock()
         # thousands of tensor events: repaint at most ten times a second
         if not force and p.done != p.total and now - getattr(self, "_painted", 0.0) < 0.1:
             return
@@ -183,7 +207,7 @@ class RunScreen(WizardScreen):
         bar = self.query_one("#run-progress", ProgressBar)
         if p.total:
             bar.update(total=p.total, progress=p.done)
-        elapsed = max(1e-6, time.monotonic() - p.started)
+        elapsed = max(1e-6, clock() - p.started)
         if p.unit == "bytes" and p.total:
             rate = p.done / elapsed
             eta = (p.total - p.done) / rate if rate > 0 else 0
@@ -194,42 +218,56 @@ class RunScreen(WizardScreen):
 
     def on_child_exited(self, message: ChildExited) -> None:
         self.process = None
+        self._starting = False
+        self.refresh_bindings()
         status = self.query_one("#run-status", Static)
+        stats = self.query_one("#run-stats", Static)
+        bar = self.query_one("#run-progress", ProgressBar)
+        elapsed = clock() - self.progress.started
         if message.cancelled:
-            status.update(Text("cancelled — partial output removed by the child", style="bold yellow"))
+            status.update(Text("cancelled — the partial output was removed; nothing was written", style="bold yellow"))
+            stats.update(f"stopped after {elapsed:.1f} s")
+            bar.update(total=1, progress=0)
             return
-        if message.returncode == 0:
-            try:
-                doc = json.loads(message.stdout)
-                out = doc.get("output")
-            except ValueError:
-                doc, out = None, None
-            self.app.state.last_output = out
-            status.update(Text(f"✓ written: {out}" if out else "✓ finished (exit 0)", style="bold green"))
-            checks = doc.get("checks") if isinstance(doc, dict) else None
-            if checks:
-                integ = checks.get("integrity", {})
-                self._log(Text(
-                    f"verified: {integ.get('tensors')} tensors in {len(integ.get('shards', []))} shard(s), "
-                    f"{integ.get('hashes_matched')} {integ.get('hash')} hashes matched, index {integ.get('index')}",
-                    style="bold green",
-                ))
-                structure = checks.get("structure") or {}
-                self._log(Text(f"structure: {structure.get('status')} — {structure.get('summary')}", style="green"))
-                self._log(Text("vLLM load: unverified (validation lands with the validation issue)", style="yellow"))
-            bar = self.query_one("#run-progress", ProgressBar)
-            if bar.total is None:
-                bar.update(total=1, progress=1)
-            else:
-                bar.update(progress=bar.total)
-            self._log(Text("done (exit 0)", style="bold green"))
-        else:
-            status.update(Text(f"✗ failed (exit {message.returncode}) — see the log", style="bold red"))
+        if message.returncode != 0:
+            reason = self._last_error or "see the log above"
+            status.update(Text(f"✗ failed (exit {message.returncode}): {reason}", style="bold red"))
+            stats.update(f"stopped after {elapsed:.1f} s; nothing was written")
+            bar.update(total=1, progress=0)
             self._log(Text(f"exit {message.returncode}", style="bold red"))
+            return
+        try:
+            doc = json.loads(message.stdout)
+        except ValueError:
+            doc = None
+        doc = doc if isinstance(doc, dict) else {}
+        out = doc.get("output")
+        self.app.state.last_output = out
+        status.update(Text(f"✓ written: {out}" if out else "✓ finished (exit 0)", style="bold green"))
+        files = doc.get("files") or []
+        stats.update(f"{len(files)} file(s) written in {elapsed:.1f} s" if files else f"finished in {elapsed:.1f} s")
+        checks = doc.get("checks")
+        if checks:
+            integ = checks.get("integrity", {})
+            self._log(Text(
+                f"verified: {integ.get('tensors')} tensors in {len(integ.get('shards', []))} shard(s), "
+                f"{integ.get('hashes_matched')} {integ.get('hash')} hashes matched, index {integ.get('index')}",
+                style="bold green",
+            ))
+            structure = checks.get("structure") or {}
+            self._log(Text(f"structure: {structure.get('status')} — {structure.get('summary')}", style="green"))
+            self._log(Text("vLLM load: unverified (run the serve command below)", style="yellow"))
+        if bar.total is None:
+            bar.update(total=1, progress=1)
+        else:
+            bar.update(progress=bar.total)
+        self._log(Text("done (exit 0)", style="bold green"))
+        command = doc.get("serve_command")
+        if command:
+            self.query_one("#run-serve", Static).update(Text("serve it with (also in README.md):\n" + command, style="cyan"))
 
     def action_cancel(self) -> None:
         if not self.running:
-            self.app.action_previous_step()
             return
         self._cancelled = True
         self.app.terminate_child(self.process)
@@ -257,5 +295,6 @@ def terminate(proc: subprocess.Popen, grace: float = 5.0) -> None:
 def trim_argv(state) -> list[str]:
     argv = [sys.executable, "-m", "mxtrim_tui", "trim", str(state.source_path), "--mode", state.mode]
     argv += state.keep_args()
+    argv += state.serve_args()
     argv += ["--out", str(state.output_path), "--progress", "--json"]
     return argv

@@ -30,13 +30,9 @@ class SelectionScreen(WizardScreen):
         Binding("space", "toggle", "Toggle", id="selection.toggle"),
         Binding("a", "auto", "Auto", id="selection.auto"),
         Binding("m", "toggle_mtp", "MTP", id="selection.mtp"),
-        Binding("e", "edit_spec", "Edit spec", id="selection.edit"),
-        Binding("ctrl+g", "show_tab('issues')", "Issues", show=False, id="selection.issues"),
+        Binding("e", "edit_spec", "Spec", id="selection.edit"),
+        Binding("ctrl+g", "show_tab('issues')", "Issues", show=False, id="selection.issues", priority=True),
     ]
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._shown_for = None
 
     def compose(self) -> ComposeResult:
         yield from self.compose_header()
@@ -57,15 +53,14 @@ class SelectionScreen(WizardScreen):
         yield from self.compose_footer()
 
     def on_mount(self) -> None:
-        self.query_one("#keep-table", DataTable).add_columns("keep", "", "sub", "#", "kind", "bytes")
+        self.query_one("#keep-table", DataTable).add_columns("keep", "", "sub", "#", "bytes", "kind")
 
     def refresh_view(self) -> None:
         st = self.app.state
         if st.inventory is None:
             self.query_one("#selection-summary", Static).update("Load a source first (step 1).")
             return
-        if st.plan is None or st.inventory is not self._shown_for:
-            self._shown_for = st.inventory
+        if st.plan is None or st.plan.inventory is not st.inventory:
             self.replan()
         else:
             self.show_plan(st.plan)
@@ -97,15 +92,15 @@ class SelectionScreen(WizardScreen):
                     Text("[x]" if on_ else "[ ]", style="bold green" if on_ else "dim"),
                     Text(g.symbol, style=f"bold {group_style(g.id)}"),
                     sm.name,
-                    str(layer.index),
+                    Text(str(layer.index), justify="right"),
+                    Text(human_bytes(layer.nbytes), justify="right"),
                     f"{k.attention} · {mlp}",
-                    human_bytes(layer.nbytes),
                     key=f"{sm.name}:{layer.index}",
                 )
         if table.row_count:
             table.move_cursor(row=min(row, table.row_count - 1))
         auto = " (auto)" if plan.auto.get("text") else ""
-        errors, warnings = len(plan.errors), len(plan.warnings)
+        errors, warnings = len(plan.errors), len(plan.warnings) + len(plan.omitted)  # as the Issues tab lists them
         status = Text()
         status.append(f"{plan.new_depth} text layer(s){auto}: {index_ranges(plan.kept.get('text', []))}")
         if "mtp" in inv.submodels:
@@ -116,6 +111,9 @@ class SelectionScreen(WizardScreen):
         if warnings:
             status.append(f" · ⚠ {warnings}", style="yellow")
         self.query_one("#selection-summary", Static).update(status)
+        spec = self.query_one("#spec", Input)
+        if plan.auto.get("text") and not spec.has_focus:
+            spec.value = ""  # the automatic set: a spec typed earlier no longer applies
 
         issues = Text()
         for i in plan.issues:
@@ -174,6 +172,7 @@ class SelectionScreen(WizardScreen):
 
     def action_auto(self) -> None:
         self.app.state.keep = {}
+        self.query_one("#spec", Input).value = ""  # a spec typed earlier no longer applies
         self.replan()
 
     def action_toggle_mtp(self) -> None:
@@ -193,6 +192,7 @@ class SelectionScreen(WizardScreen):
 
     def action_show_tab(self, tab: str) -> None:
         self.query_one("#selection-tabs", TabbedContent).active = tab
+        self.query_one("#keep-table", DataTable).focus()
 
     @on(Input.Submitted, "#spec")
     def _apply_spec(self, event: Input.Submitted) -> None:

@@ -10,7 +10,7 @@ from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.suggester import Suggester
 from textual.widgets import DirectoryTree, Input, Label, OptionList, Static
 from textual.widgets.option_list import Option
@@ -40,6 +40,28 @@ class PathSuggester(Suggester):
             if name.startswith(stem) and name != stem:
                 return value + name[len(stem):] + "/"
         return None
+
+
+class PathInput(Input):
+    """A path box where Tab (like →) accepts the completion shown; with nothing to complete,
+    Tab moves on as everywhere else."""
+
+    BINDINGS = [Binding("tab", "complete", "Complete", show=False)]
+
+    def action_complete(self) -> None:
+        if self.cursor_at_end and self._suggestion and self._suggestion != self.value:
+            self.action_cursor_right()
+        else:
+            self.app.action_focus_next()
+
+
+def recent_label(path: str) -> Text:
+    """A recent source as one line: the model's name first, then where it lives (cut, not
+    wrapped, when the pane is narrow)."""
+    p = Path(path)
+    text = Text(p.name or path, style="bold", no_wrap=True, overflow="ellipsis")
+    text.append(f"  {p.parent}", style="dim")
+    return text
 
 
 class ModelTree(DirectoryTree):
@@ -88,9 +110,11 @@ def source_summary(inv) -> Table:
 class SourceScreen(WizardScreen):
     STEP = "source"
     HELP = (
-        "Type or complete a model directory path (→ accepts the suggestion) and press Enter, "
+        "Type a model directory path (Tab or → accepts the completion shown) and press Enter, "
         "or pick a directory in the tree, or a recent source. mxtrim reads config.json, every "
-        "safetensors header and the index — never the weights, never code from the directory."
+        "safetensors header and the index — never the weights, never code from the directory. "
+        "Once a source is read, the focus leaves the path box so that the step keys work; "
+        "Ctrl+L returns to it."
     )
     BINDINGS = [
         Binding("ctrl+l", "focus_path", "Path", id="source.focus_path"),
@@ -106,22 +130,22 @@ class SourceScreen(WizardScreen):
         yield from self.compose_header()
         with Vertical(id="source-body"):
             yield Label("Model directory")
-            yield Input(placeholder="/path/to/model  (Tab/→ completes)", id="path", suggester=PathSuggester())
+            yield PathInput(placeholder="/path/to/model  (Tab/→ completes, Enter reads)", id="path", suggester=PathSuggester())
             with Horizontal(id="source-panes"):
                 with Vertical(id="source-left"):
                     yield Label("Recent", classes="pane-title")
                     yield OptionList(id="recent")
                     yield Label("Browse", classes="pane-title")
                     yield ModelTree(self.tree_root, id="tree")
-                with Vertical(id="source-right"):
-                    yield Label("Validation", classes="pane-title")
+                with VerticalScroll(id="source-right", can_focus=False):
+                    yield Label("What was read", classes="pane-title")
                     yield Static("No source loaded yet.", id="summary")
         yield from self.compose_footer()
 
     def on_mount(self) -> None:
         recent = self.query_one("#recent", OptionList)
         items = load_recent()
-        recent.add_options([Option(p, id=p) for p in items] or [Option("(none yet)", disabled=True)])
+        recent.add_options([Option(recent_label(p), id=p) for p in items] or [Option("(none yet)", disabled=True)])
         self.query_one("#path", Input).focus()
 
     def refresh_view(self) -> None:
@@ -132,6 +156,9 @@ class SourceScreen(WizardScreen):
             path = self.query_one("#path", Input)
             if not path.value:
                 path.value = str(st.source_path)
+            if path.has_focus:
+                # a source is read: leave the text box, so that digits jump and ^n goes on
+                self.query_one("#tree", ModelTree).focus()
 
     def show_loading(self, path: Path) -> None:
         if self.is_mounted:
