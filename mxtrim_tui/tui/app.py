@@ -131,7 +131,7 @@ class MxtrimApp(App):
         self.initial_source = source
         self.tree_root = tree_root
         self.gpu_probe = gpu_probe
-        self._children: set[subprocess.Popen] = set()
+        self._children: dict[subprocess.Popen, float] = {}  # child -> seconds it may take to stop
         self.keymap_problems: list[str] = []
         atexit.register(self._kill_children)
 
@@ -258,19 +258,20 @@ class MxtrimApp(App):
         # the run screen composes on first show: start once it is on screen
         self.call_after_refresh(self.get_screen("run").start, trim_argv(st))
 
-    def register_child(self, proc: subprocess.Popen) -> None:
-        self._children.add(proc)
+    def register_child(self, proc: subprocess.Popen, grace: float = 5.0) -> None:
+        self._children[proc] = grace
 
     def unregister_child(self, proc: subprocess.Popen) -> None:
-        self._children.discard(proc)
+        self._children.pop(proc, None)
 
     def terminate_child(self, proc: subprocess.Popen | None) -> None:
         if proc is not None:
-            self.run_worker(partial(terminate, proc), thread=True, group="cancel", exit_on_error=False)
+            grace = self._children.get(proc, 5.0)
+            self.run_worker(partial(terminate, proc, grace), thread=True, group="cancel", exit_on_error=False)
 
     def _kill_children(self) -> None:
-        for proc in list(self._children):
-            terminate(proc, grace=3.0)
+        for proc, grace in list(self._children.items()):
+            terminate(proc, grace=grace)
         self._children.clear()
 
     def children_running(self) -> bool:

@@ -61,10 +61,14 @@ class RunScreen(WizardScreen):
         "progress and log stream here (stdout plain, stderr yellow; the log follows the end only "
         "while you are at the bottom). Escape cancels a running trim: the child is terminated and "
         "removes its partial output; with nothing running, Escape goes back to the output step. "
-        "After a write, the serve command of the output's README is shown here. The output's "
-        "README marks every vLLM check unverified until it has been run."
+        "After a write, the serve command of the output's README is shown here, and `v` validates "
+        "the output: offline loads in vLLM's interpreter, then a real `vllm serve` (its log streams "
+        "here) with health, completion and chat requests; each check fills in as it completes and "
+        "a failure is classified with its evidence. vLLM's interpreter is $MXTRIM_VLLM_PYTHON, else "
+        "this one. Escape stops the validation and its server; quitting never leaves a server behind."
     )
     BINDINGS = [
+        Binding("v", "validate", "Validate", id="run.validate"),
         Binding("escape", "cancel", "Cancel", id="run.cancel"),
         Binding("escape", "back", "Back", id="run.back", show=False),  # ^b Back is shown
         Binding("ctrl+s", "start", "Write", id="run.start"),
@@ -77,6 +81,8 @@ class RunScreen(WizardScreen):
         self._cancelled = False
         self._starting = False
         self._last_error = ""
+        self.kind = "trim"
+        self.validation = ValidationView()
 
     def compose(self) -> ComposeResult:
         yield from self.compose_header()
@@ -89,6 +95,7 @@ class RunScreen(WizardScreen):
             # higher up (a per-write "am I at the bottom?" check misses bursts of lines written
             # before the pending scroll has happened, and then stops following for good)
             yield RichLog(id="run-log", max_lines=LOG_LINES, wrap=False, markup=False, highlight=False, auto_scroll=False)
+            yield Static("", id="run-validation")
             yield Static("", id="run-serve")
         yield from self.compose_footer()
 
@@ -104,6 +111,8 @@ class RunScreen(WizardScreen):
         # that applies
         if action == "cancel":
             return self.running or self._starting
+        if action == "validate":
+            return not (self.running or self._starting) and self.app.state.last_output is not None
         if action == "back":
             return not (self.running or self._starting)
         return True
@@ -114,10 +123,21 @@ class RunScreen(WizardScreen):
     def action_start(self) -> None:
         self.app.start_run()
 
-    def start(self, argv: list[str]) -> None:
+    def action_validate(self) -> None:
+        out = self.app.state.last_output
+        if out is None or self.running:
+            return
+        python = vllm_python()
+        argv = [sys.executable, "-m", "mxtrim_tui", "validate", str(out), "--serve", "--python", python, "--json", "--progress"]
+        self.validation = ValidationView()
+        self.query_one("#run-validation", Static).update(Text(f"validating with {python} …", style="bold"))
+        self.start(argv, kind="validate")
+
+    def start(self, argv: list[str], kind: str = "trim") -> None:
         if self.running:
             self.notify("a run is already in progress", severity="warning")
             return
+        self.kind = kind
         self._cancelled = False
         self._starting = True
         self._last_error = ""
@@ -127,10 +147,13 @@ class RunScreen(WizardScreen):
         shown = ["mxtrim"] + argv[3:] if argv[1:3] == ["-m", "mxtrim_tui"] else argv
         log.write(Text("$ " + shlex.join(shown), style="bold"))
         out = argv[argv.index("--out") + 1] if "--out" in argv else None
-        self.query_one("#run-status", Static).update(Text(f"writing {out} …" if out else "running…", style="bold"))
+        status = f"writing {out} …" if out else ("validating (offline checks, then vllm serve) …" if kind == "validate" else "running…")
+        self.query_one("#run-status", Static).update(Text(status, style="bold"))
         self.query_one("#run-progress", ProgressBar).update(total=None, progress=0)
         self.query_one("#run-stats", Static).update("")
         self.query_one("#run-serve", Static).update("")
+        if kind != "validate":
+            self.query_one("#run-validation", Static).update("")
         self.refresh_bindings()
         self._run(argv)
 
@@ -140,7 +163,8 @@ class RunScreen(WizardScreen):
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
         self.process = proc
         self._starting = False
-        self.app.register_child(proc)
+        # a validation stops its server before it exits: give it the time to
+        self.app.register_child(proc, grace=45.0 if self.kind == "validate" else 5.0)
         out_chunks: list[str] = []
 
         def pump_stdout() -> None:
@@ -175,6 +199,9 @@ class RunScreen(WizardScreen):
 
     def _on_event(self, event: dict) -> None:
         kind = event.get("event")
+        if self.kind == "validate":
+            self._on_validation_event(event)
+            return
         p = self.progress
         if kind == "file":
             p.unit, p.done, p.total, p.current = "files", event.get("done_files", 0), event.get("total_files", 0), event.get("path", "")
@@ -216,6 +243,40 @@ class RunScreen(WizardScreen):
             stats = f"{p.done} / {p.total} {p.unit} · {p.current}"
         self.query_one("#run-stats", Static).update(stats)
 
+    def _on_validation_event(self, event: dict) -> None:
+        kind = event.get("event")
+        if kind == "log":
+            line = event.get("line", "")
+            shown = line if len(line) <= LINE_LIMIT else line[:LINE_LIMIT] + " …"
+            self._log(Text(shown, style="yellow" if event.get("stream") == "stderr" else ""))
+        elif kind == "check":
+            self.validation.add(event)
+            self.query_one("#run-validation", Static).update(self.validation.render())
+        elif kind == "serve" and event.get("status") == "starting":
+            self.query_one("#run-serve", Static).update(Text("$ " + shlex.join(event.get("command", [])), style="cyan"))
+            self._log(Text("[serve] starting", style="cyan"))
+        elif kind == "serve":
+            self._log(Text(f"[serve] {event.get('status')} ({event.get('signal') or 'exited'}, status {event.get('returncode')})", style="cyan"))
+        elif kind == "request":
+            mark = "✓" if event.get("passed") else "✗"
+            self._log(Text(f"{mark} {event.get('name')}: HTTP {event.get('status')} in {event.get('seconds')} s — {event.get('detail')}", style="green" if event.get("passed") else "red"))
+
+    def _validation_exited(self, message: ChildExited) -> None:
+        status = self.query_one("#run-status", Static)
+        if message.cancelled:
+            status.update(Text("validation stopped — its server was shut down", style="bold yellow"))
+            return
+        try:
+            doc = json.loads(message.stdout)
+        except ValueError:
+            doc = None
+        if not isinstance(doc, dict):
+            status.update(Text(f"✗ validation could not run (exit {message.returncode}): {self._last_error or 'see the log'}", style="bold red"))
+            return
+        self.validation = ValidationView.from_json(doc)
+        self.query_one("#run-validation", Static).update(self.validation.render())
+        status.update(self.validation.headline(doc))
+
     def on_child_exited(self, message: ChildExited) -> None:
         self.process = None
         self._starting = False
@@ -224,6 +285,11 @@ class RunScreen(WizardScreen):
         stats = self.query_one("#run-stats", Static)
         bar = self.query_one("#run-progress", ProgressBar)
         elapsed = clock() - self.progress.started
+        if self.kind == "validate":
+            stats.update(f"finished in {elapsed:.1f} s")
+            bar.update(total=1, progress=1)
+            self._validation_exited(message)
+            return
         if message.cancelled:
             status.update(Text("cancelled — the partial output was removed; nothing was written", style="bold yellow"))
             stats.update(f"stopped after {elapsed:.1f} s")
@@ -272,6 +338,54 @@ class RunScreen(WizardScreen):
         self._cancelled = True
         self.app.terminate_child(self.process)
         self.query_one("#run-status", Static).update(Text("cancelling…", style="yellow"))
+
+
+def vllm_python() -> str:
+    """The interpreter of the environment holding vLLM (users keep it apart from this tool)."""
+    return os.environ.get("MXTRIM_VLLM_PYTHON") or sys.executable
+
+
+class ValidationView:
+    """The validation rows as they fill in, one line each."""
+
+    MARKS = {"passed": ("✓", "green"), "failed": ("✗", "bold red"), "unverified": ("·", "yellow"), "not applicable": ("-", "dim")}
+
+    def __init__(self) -> None:
+        self.rows: list[dict] = []
+
+    @classmethod
+    def from_json(cls, doc: dict) -> "ValidationView":
+        view = cls()
+        view.rows = list(doc.get("rows", []))
+        return view
+
+    def add(self, row: dict) -> None:
+        self.rows = [r for r in self.rows if r.get("check") != row.get("check")] + [row]
+
+    def render(self) -> Text:
+        text = Text()
+        for r in self.rows:
+            mark, style = self.MARKS.get(r.get("status"), ("?", ""))
+            text.append(f"{mark} {r.get('check')}: {r.get('status')}", style=style)
+            verdict = r.get("verdict")
+            if verdict:
+                text.append(f" — {verdict['class']}", style="bold red")
+                for line in verdict.get("evidence", [])[:2]:
+                    text.append(f"\n    {line[:300]}", style="red")
+            text.append("\n")
+        text.rstrip()
+        return text
+
+    def headline(self, doc: dict) -> Text:
+        failed = [r for r in self.rows if r.get("status") == "failed"]
+        unverified = sum(1 for r in self.rows if r.get("status") == "unverified")
+        if failed:
+            first = failed[0]
+            why = f" — {first['verdict']['class']}" if first.get("verdict") else ""
+            return Text(f"✗ validation: {first['check']} failed{why} (details in README.md, logs/serve.log)", style="bold red")
+        passed = sum(1 for r in self.rows if r.get("status") == "passed")
+        extra = " · loadable by this vLLM" if doc.get("loadable") else ""
+        return Text(f"✓ validated: {passed} checks passed, {unverified} unverified{extra}", style="bold green")
 
 
 def terminate(proc: subprocess.Popen, grace: float = 5.0) -> None:

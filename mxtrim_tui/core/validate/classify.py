@@ -1,0 +1,109 @@
+"""Why a server failed, from its exit status and its log, in the trimming workflow's classes.
+Each verdict quotes the lines it rests on and suggests only what those lines support; a
+shutdown we asked for (its EngineDeadError included) is not a failure."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+CONFIGURATION = "trimming/configuration or missing dependency"
+CHECKPOINT = "checkpoint mapping/completeness"
+RESOURCES = "insufficient resources"
+DUMMY_LIMIT = "dummy initialisation or quantization post-processing limitation"
+DEFECT = "implementation defect"
+UNKNOWN = "unclassified"
+
+# (class, pattern, advice) in order of precedence: the first class with evidence wins.
+RULES: list[tuple[str, re.Pattern, str]] = [
+    (CHECKPOINT, re.compile(
+        r"(?i)(missing|unexpected)[^\n]{0,40}(key|weight|tensor|parameter)s?\b|"
+        r"no such tensor|KeyError: '[\w.]+\.(weight|bias|scale\w*)'|"
+        r"(?:weights?|parameters?) [^\n]{0,40}not (?:initialized|loaded)|"
+        r"safetensors_rust\.SafetensorError|checkpoint[^\n]{0,40}(?:missing|incomplete)|"
+        r"There is no module or parameter named|"
+        r"shape mismatch|size mismatch"),
+     "the checkpoint does not hold what the config makes vLLM build: compare the tensor names and shapes "
+     "in the error with manifest.json and the layer mapping in README.md"),
+    (RESOURCES, re.compile(
+        r"(?i)out of memory|CUDA error: out of memory|OutOfMemoryError|"
+        r"KV cache is needed, which is larger than the available KV cache memory|"
+        r"(?:larger|more) than the available KV cache|No available memory for the cache blocks|"
+        r"max(?:imum)? (?:number of )?tokens? that can be stored in KV cache|"
+        r"Available memory on node \d+ .* less than desired|insufficient memory|Cannot allocate memory"),
+     "give the server more memory or ask for less: lower --max-model-len / --max-num-seqs, raise the KV cache "
+     "budget (--gpu-memory-utilization, or --kv-cache-memory-bytes on CPU), or use free devices"),
+    (CONFIGURATION, re.compile(
+        r"(?i)ModuleNotFoundError|ImportError|No module named|"
+        r"not supported|is not supported|unsupported|"
+        r"Sliding window for some but all layers|"
+        r"(?:Model|model) architectures? \[?'?[\w]+'?\]? (?:are|is) not supported|"
+        r"ValidationError|Value error,|pydantic|"
+        r"does not divide|must be divisible|"
+        r"Invalid (?:config|configuration|value)|AssertionError"),
+     "the configuration or the environment is not one this runtime accepts: read the quoted lines; "
+     "change the trim (kept layers, fields) or install what is missing"),
+    (DUMMY_LIMIT, re.compile(r"(?i)process_weights_after_loading|dummy[^\n]{0,40}(?:init|weights)|quant[^\n]{0,40}post"),
+     "dummy weights cannot go through this quantization's post-processing: validate with real weights"),
+]
+
+NOISE = re.compile(
+    r"EngineDeadError|Engine core proc .* died unexpectedly|shutting down|Shutting down|"
+    r"\.py:\d+: \w*Warning:|^\s*warnings\.warn\("  # Python warnings are not errors
+)
+# "(EngineCore pid=1) ERROR 12-02 20:23:16 [core.py:1510] message": the level and the message
+LOG_LINE = re.compile(r"^(?:\(\w+ pid=\d+\)\s*)?(DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d [\d:]+ \[[^\]]*\]\s?(.*)$")
+EXCEPTION = re.compile(r"^(?:[\w.]+\.)?\w*(?:Error|Exception|Exit)\b(?::|$)")
+
+
+@dataclass
+class Verdict:
+    category: str
+    summary: str
+    evidence: list[str] = field(default_factory=list)
+    advice: str = ""
+
+    def to_json(self) -> dict:
+        return {"class": self.category, "summary": self.summary, "evidence": self.evidence, "advice": self.advice}
+
+
+def error_content(lines: list[str]) -> tuple[list[str], list[str]]:
+    """(exception lines, other error lines): INFO/WARNING/DEBUG log lines are left out (a
+    deprecation warning that says "unsupported" is not evidence), and so is the shutdown noise."""
+    exceptions, others = [], []
+    for raw in lines:
+        m = LOG_LINE.match(raw.strip())
+        if m and m.group(1) not in ("ERROR", "CRITICAL"):
+            continue
+        text = (m.group(2) if m else raw).strip()
+        if not text or NOISE.search(text):
+            continue
+        (exceptions if EXCEPTION.match(text) else others).append(text[:400])
+    return exceptions, others
+
+
+def _matches(lines: list[str], pattern: re.Pattern, limit: int = 4) -> list[str]:
+    found = []
+    for text in lines:
+        if pattern.search(text) and text not in found:
+            found.append(text)
+    return found[:limit]
+
+
+def classify(lines: list[str], returncode: int | None, stopped_by_us: bool, reason: str = "") -> Verdict | None:
+    """None when nothing failed (a requested stop included)."""
+    if stopped_by_us and not reason:
+        return None
+    summary = reason or f"exit status {returncode}"
+    exceptions, others = error_content(lines)
+    # the exceptions first (the root cause is raised there), then any other error line
+    for candidates in (exceptions, others):
+        for category, pattern, advice in RULES:
+            evidence = _matches(candidates, pattern)
+            if evidence:
+                return Verdict(category, summary, evidence, advice)
+    if exceptions:
+        return Verdict(DEFECT, summary, exceptions[:3],
+                       "an error this tool does not recognise as a trimming, checkpoint or resource problem: "
+                       "report it with logs/serve.log")
+    return Verdict(UNKNOWN, summary, [l.strip()[:400] for l in lines[-3:]], "no error line in the log: read logs/serve.log")

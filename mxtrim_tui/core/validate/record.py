@@ -1,0 +1,105 @@
+"""What a validation leaves in the output directory: ``validation.json`` (every run, appended,
+never lost) and the README's "Validation" section rewritten from the latest run. Both are
+replaced atomically (written beside, then renamed)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from .run import FAILED, NOT_APPLICABLE, PASSED, Validation
+
+HISTORY = "validation.json"
+SECTION = "## Validation"
+
+
+def _replace(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.mxtrim-{os.getpid()}")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def append_history(v: Validation) -> int:
+    """Add this run to validation.json; returns how many runs it now holds."""
+    path = v.output / HISTORY
+    runs = []
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        runs = doc.get("runs", []) if isinstance(doc, dict) else []
+    except FileNotFoundError:
+        pass
+    except (OSError, ValueError):
+        # an unreadable history is kept under another name, never overwritten
+        os.replace(path, path.with_name(HISTORY + ".unreadable"))
+    runs.append(v.to_json())
+    _replace(path, json.dumps({"schema": "mxtrim.validation-history/1", "runs": runs}, indent=2, ensure_ascii=False) + "\n")
+    return len(runs)
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def render_section(v: Validation, runs: int, integrity_rows: list[str]) -> str:
+    lines = [SECTION, "", f"Last run {v.started} with `{v.python}` ({runs} run(s) in `{HISTORY}`; server log in `logs/serve.log`).", ""]
+    lines += ["| check | status | detail |", "| --- | --- | --- |"]
+    lines += integrity_rows
+    for r in v.rows:
+        status = r.status
+        if r.status == FAILED and r.verdict:
+            status = f"failed: {r.verdict['class']}"
+        lines.append(f"| {_cell(r.check)} | {status} | {_cell(r.detail)} |")
+    lines.append("")
+    for r in v.rows:
+        if r.status == FAILED and r.verdict:
+            lines += [f"**{r.check}** — {r.verdict['class']}: {r.verdict['summary']}", ""]
+            lines += [f"    {e}" for e in r.verdict["evidence"]]
+            lines += ["", f"Suggested: {r.verdict['advice']}", ""]
+    if v.mode == "weights":
+        lines.append("This checkpoint is **loadable** by this vLLM: a real-weight start-up and generation passed."
+                     if v.loadable else
+                     "This checkpoint is **not shown loadable**: a real-weight start-up and generation must both pass first.")
+    else:
+        lines.append("Dummy weights: a start-up and generation here exercise loading, kernels and execution paths, not accuracy.")
+    unverified = [r.check for r in v.rows if r.status not in (PASSED, FAILED, NOT_APPLICABLE)]
+    if unverified:
+        lines += ["", "Not executed, so **unverified**: " + ", ".join(unverified) + "."]
+    if v.environment.get("warning"):
+        lines += ["", f"⚠ {v.environment['warning']}"]
+    return "\n".join(lines) + "\n"
+
+
+def integrity_rows(readme: str) -> list[str]:
+    """The rows mxtrim established at write time (checkpoint integrity, structure) are kept."""
+    start = readme.find(SECTION)
+    if start < 0:
+        return []
+    keep = []
+    for line in readme[start:].splitlines():
+        if line.startswith("| checkpoint integrity") or line.startswith("| structure against"):
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            keep.append(f"| {cells[0]} | {cells[1]} | established when the checkpoint was written |" if len(cells) == 2 else line)
+    return keep
+
+
+def update_readme(v: Validation, runs: int) -> None:
+    path = v.output / "README.md"
+    try:
+        readme = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        readme = f"# {v.output.name}\n\n"
+    section = render_section(v, runs, integrity_rows(readme))
+    start = readme.find("\n" + SECTION + "\n")
+    if start < 0:
+        new = readme.rstrip("\n") + "\n\n" + section
+    else:
+        end = readme.find("\n## ", start + 1 + len(SECTION))
+        new = readme[: start + 1] + section + ("\n" + readme[end + 1 :] if end >= 0 else "")
+    _replace(path, new)
+
+
+def record(v: Validation) -> int:
+    runs = append_history(v)
+    update_readme(v, runs)
+    return runs

@@ -1,0 +1,213 @@
+"""A real `vllm serve` on an output directory: the command that matches the output, a server
+in its own process group, its log streamed line by line (to ``logs/serve.log`` and to
+subscribers), health awaited while watching for an early exit, and a shutdown that escalates
+SIGINT → SIGTERM → SIGKILL and checks that nothing of the group survives."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .http import get
+
+# The environment every server gets: nothing from a hub, no usage report.
+OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+
+
+@dataclass
+class ServeOptions:
+    python: str  # the interpreter of the environment that holds vLLM
+    device: str = "auto"  # auto | cpu | cuda | maca
+    gpus: str | None = None  # e.g. "0,1": CUDA_VISIBLE_DEVICES / MACA_VISIBLE_DEVICES
+    tp: int = 1
+    pp: int = 1
+    max_model_len: int = 256
+    max_num_seqs: int = 1
+    gpu_memory_utilization: float | None = None
+    kv_cache_memory_bytes: int | None = None  # CPU: the KV budget (vLLM refuses to guess it there)
+    dtype: str | None = None  # CPU: float32 is what the kernels of the CPU build run everywhere
+    enforce_eager: bool = True
+    speculative_mtp: int = 0  # number of speculative tokens through the kept MTP layers
+    trust_remote_code: bool = False
+    launcher: list[str] | None = None  # replaces `PYTHON -m vllm.entrypoints.openai.api_server`
+    extra_args: list[str] = field(default_factory=list)
+    startup_timeout: float = 600.0
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def serve_argv(out_dir: Path, mode: str, opts: ServeOptions, port: int) -> list[str]:
+    """The server command for this output: ``--load-format dummy`` only for dummy outputs."""
+    launcher = opts.launcher or [opts.python, "-m", API_SERVER_MODULE]
+    argv = [*launcher, "--model", str(out_dir), "--host", "127.0.0.1", "--port", str(port)]
+    if mode == "dummy":
+        argv += ["--load-format", "dummy"]
+    argv += ["--tensor-parallel-size", str(opts.tp)]
+    if opts.pp > 1:
+        argv += ["--pipeline-parallel-size", str(opts.pp)]
+    argv += [
+        "--max-model-len", str(opts.max_model_len),
+        "--max-num-seqs", str(opts.max_num_seqs),
+        "--max-num-batched-tokens", str(max(opts.max_model_len, 256)),
+    ]
+    if opts.gpu_memory_utilization is not None:
+        argv += ["--gpu-memory-utilization", f"{opts.gpu_memory_utilization:g}"]
+    if opts.kv_cache_memory_bytes is not None:
+        argv += ["--kv-cache-memory-bytes", str(opts.kv_cache_memory_bytes)]
+    if opts.dtype:
+        argv += ["--dtype", opts.dtype]
+    if opts.enforce_eager:
+        argv.append("--enforce-eager")
+    if opts.speculative_mtp:
+        argv += ["--speculative-config", json.dumps({"method": "mtp", "num_speculative_tokens": opts.speculative_mtp})]
+    if opts.trust_remote_code:
+        argv.append("--trust-remote-code")
+    return argv + list(opts.extra_args)
+
+
+def serve_env(opts: ServeOptions) -> dict[str, str]:
+    env = dict(os.environ, **OFFLINE_ENV, PYTHONUNBUFFERED="1")
+    if opts.device == "cpu":
+        # one process: the CPU build's engine core in-process is what starts on small machines
+        env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    elif opts.gpus is not None:
+        key = "MACA_VISIBLE_DEVICES" if opts.device == "maca" else "CUDA_VISIBLE_DEVICES"
+        env[key] = opts.gpus
+    return env
+
+
+@dataclass
+class ServerExit:
+    returncode: int | None
+    requested: bool  # we asked it to stop
+    signal_used: str | None  # the strongest signal it took
+    survivors: list[int]  # pids of its group still alive after everything (should be empty)
+
+
+class Server:
+    """One `vllm serve` process. ``on_line(stream, line)`` is called from reader threads."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], log_path: Path, on_line=None, tail_lines: int = 400):
+        self.argv = argv
+        self.env = env
+        self.log_path = log_path
+        self.on_line = on_line
+        self.tail: deque[str] = deque(maxlen=tail_lines)
+        self.lines_seen = 0
+        self.proc: subprocess.Popen | None = None
+        self._readers: list[threading.Thread] = []
+        self._log_lock = threading.Lock()
+        self._log = None
+        self.stop_requested = False
+
+    def start(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = open(self.log_path, "a", encoding="utf-8", errors="replace")
+        self._log.write(f"$ {' '.join(self.argv)}\n")
+        self._log.flush()
+        self.proc = subprocess.Popen(
+            self.argv, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+            text=True, errors="replace", start_new_session=True,
+        )
+        for stream, pipe in (("stdout", self.proc.stdout), ("stderr", self.proc.stderr)):
+            t = threading.Thread(target=self._pump, args=(stream, pipe), daemon=True)
+            t.start()
+            self._readers.append(t)
+
+    def _pump(self, stream: str, pipe) -> None:
+        for raw in pipe:
+            line = raw.rstrip("\n")
+            with self._log_lock:
+                self.tail.append(line)
+                self.lines_seen += 1
+                if self._log is not None:
+                    self._log.write(line + "\n")
+                    self._log.flush()
+            if self.on_line is not None:
+                self.on_line(stream, line)
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    def exited(self) -> int | None:
+        return None if self.proc is None else self.proc.poll()
+
+    def wait_healthy(self, base_url: str, timeout: float, poll: float = 0.5) -> tuple[bool, str]:
+        """(healthy, why not): polls /health until it answers 200, the process exits, or the
+        time is up."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            code = self.exited()
+            if code is not None:
+                self._join_readers()
+                return False, f"the server exited with status {code} before it was healthy"
+            status, _body, _secs = get(base_url + "/health", timeout=2.0)
+            if status == 200:
+                return True, ""
+            time.sleep(poll)
+        return False, f"not healthy after {timeout:.0f} s"
+
+    def stop(self, grace: tuple[float, float] = (10.0, 10.0)) -> ServerExit:
+        """SIGINT, then SIGTERM, then SIGKILL to the whole group, each after a timeout."""
+        if self.proc is None:
+            return ServerExit(None, False, None, [])
+        self.stop_requested = True
+        used = None
+        for sig, wait in ((signal.SIGINT, grace[0]), (signal.SIGTERM, grace[1]), (signal.SIGKILL, 10.0)):
+            if self.proc.poll() is not None:
+                break
+            used = sig.name
+            try:
+                os.killpg(self.proc.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                self.proc.wait(timeout=wait)
+            except subprocess.TimeoutExpired:
+                continue
+        survivors = group_members(self.proc.pid)
+        for pid in survivors:  # children that left the leader behind: never leave a server
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self._join_readers()
+        with self._log_lock:
+            if self._log is not None:
+                self._log.write(f"[mxtrim] server stopped ({used or 'already exited'}), exit status {self.proc.returncode}\n")
+                self._log.close()
+                self._log = None
+        return ServerExit(self.proc.returncode, True, used, survivors)
+
+    def _join_readers(self) -> None:
+        for t in self._readers:
+            t.join(timeout=5)
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live processes of a process group (zombies excluded)."""
+    import psutil
+
+    alive = []
+    for p in psutil.process_iter(["pid", "status"]):
+        try:
+            if os.getpgid(p.pid) == pgid and p.info["status"] != psutil.STATUS_ZOMBIE:
+                alive.append(p.pid)
+        except (ProcessLookupError, PermissionError, psutil.Error):
+            continue
+    return alive

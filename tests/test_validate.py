@@ -1,0 +1,243 @@
+"""`mxtrim validate` for real: offline checks in vLLM's own interpreter, a real `vllm serve`
+(the CPU build that `make test` installs in .venv-vllm) on trimmed outputs, requests, failure
+classes with evidence, the report rows, and no server left behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+from fixtures.tiny_models import make_servable_llama
+
+VLLM_PYTHON = os.environ.get("MXTRIM_VLLM_PYTHON")
+needs_vllm = pytest.mark.skipif(
+    not VLLM_PYTHON or not Path(VLLM_PYTHON).exists(),
+    reason="real vLLM not set up: `make test` makes .venv-vllm and sets MXTRIM_VLLM_PYTHON",
+)
+
+
+def servers(root: Path) -> list[int]:
+    """Processes started by this test session's validations (servers, stand-ins and their
+    children): their command line names a directory under its temporary root."""
+    found = []
+    for p in psutil.process_iter(["pid", "cmdline"]):
+        try:
+            cmd = " ".join(p.info["cmdline"] or [])
+        except psutil.Error:
+            continue
+        if p.info["pid"] != os.getpid() and (str(root) in cmd or "sleep-forever-marker" in cmd):
+            found.append(p.pid)
+    return found
+
+
+@pytest.fixture(autouse=True)
+def no_server_left(tmp_path_factory):
+    yield
+    assert servers(tmp_path_factory.getbasetemp()) == [], "a server process outlived its test"
+
+
+def mxtrim(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "mxtrim_tui", *args], capture_output=True, text=True, cwd=cwd, timeout=900)
+
+
+@pytest.fixture(scope="module")
+def llama_outputs(tmp_path_factory):
+    """A 6-layer Llama trimmed to the non-contiguous layers 1 and 4, both modes."""
+    root = tmp_path_factory.mktemp("validate")
+    src = make_servable_llama(root / "llama", layers=6)
+    outs = {}
+    for mode in ("dummy", "weights"):
+        out = root / f"llama-{mode}"
+        proc = mxtrim("trim", str(src), "--mode", mode, "--keep", "1,4", "--out", str(out))
+        assert proc.returncode == 0, proc.stderr
+        outs[mode] = out
+    return outs
+
+
+def validate(out: Path, *extra: str) -> tuple[int, dict]:
+    proc = mxtrim("validate", str(out), "--python", VLLM_PYTHON, "--device", "cpu", "--json", *extra, cwd=out.parent)
+    assert proc.stdout.strip(), proc.stderr
+    return proc.returncode, json.loads(proc.stdout)
+
+
+def rows(doc: dict) -> dict[str, dict]:
+    return {r["check"]: r for r in doc["rows"]}
+
+
+@needs_vllm
+def test_offline_then_served_real_weights_are_loadable_and_history_is_kept(llama_outputs):
+    out = llama_outputs["weights"]
+    code, doc = validate(out)
+    assert code == 0
+    r = rows(doc)
+    # the checks ran in vLLM's interpreter, not this one
+    assert doc["environment"]["executable"] == VLLM_PYTHON or Path(doc["environment"]["executable"]).parent == Path(VLLM_PYTHON).parent
+    assert doc["environment"]["packages"]["vllm"]["version"] == "0.32.0"
+    assert r["config loads offline (AutoConfig, local files only)"]["status"] == "passed"
+    assert r["config loads offline (AutoConfig, local files only)"]["data"]["normalised"]["num_hidden_layers"] == 2
+    assert r["tokenizer round trip offline"]["status"] == "passed"
+    assert r["architecture registered in this vLLM"]["status"] == "passed"
+    assert r["start-up"]["status"] == "unverified" and doc["loadable"] is False
+
+    code, doc = validate(out, "--serve")
+    assert code == 0, json.dumps(doc["rows"], indent=1)
+    r = rows(doc)
+    assert r["start-up"]["status"] == "passed" and "real weights" in r["start-up"]["detail"]
+    gen = r["generation"]
+    assert gen["status"] == "passed" and gen["data"]["decode_steps"] >= 8
+    assert {q["name"] for q in gen["data"]["requests"]} == {"models", "completion", "chat"}
+    assert doc["loadable"] is True
+    assert "--load-format" not in doc["serve_command"]
+    assert doc["server_exit"]["requested"] and doc["server_exit"]["survivors"] == []
+    # the record: both runs kept, the README says loadable, the log is beside it
+    history = json.loads((out / "validation.json").read_text())
+    assert len(history["runs"]) == 2 and history["runs"][0]["rows"] != history["runs"][1]["rows"]
+    readme = (out / "README.md").read_text()
+    assert "**loadable** by this vLLM" in readme and "| start-up | passed |" in readme
+    assert "## Layer mapping" in readme and readme.count("## Validation") == 1
+    assert "Application startup complete" in (out / "logs" / "serve.log").read_text() or (out / "logs" / "serve.log").stat().st_size > 0
+
+
+@needs_vllm
+def test_dummy_output_is_served_with_dummy_weights(llama_outputs):
+    out = llama_outputs["dummy"]
+    code, doc = validate(out, "--serve")
+    assert code == 0, json.dumps(doc["rows"], indent=1)
+    r = rows(doc)
+    assert r["start-up"]["status"] == "passed" and "dummy weights" in r["start-up"]["detail"]
+    assert r["generation"]["status"] == "passed"
+    cmd = doc["serve_command"]
+    assert cmd[cmd.index("--load-format") + 1] == "dummy"
+    assert doc["loadable"] is None  # a dummy output is never called a loadable checkpoint
+
+
+def _rename_tensor(shard: Path, old_suffix: str, new_suffix: str) -> str:
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(shard)
+    name = next(n for n in tensors if n.endswith(old_suffix))
+    tensors[name[: -len(old_suffix)] + new_suffix] = tensors.pop(name)
+    save_file(tensors, shard, metadata={"format": "pt"})
+    return name
+
+
+@needs_vllm
+def test_a_tensor_renamed_wrong_is_a_checkpoint_mapping_failure(llama_outputs, tmp_path):
+    broken = tmp_path / "broken"
+    shutil.copytree(llama_outputs["weights"], broken)
+    for leftover in ("validation.json", "logs"):
+        shutil.rmtree(broken / leftover, ignore_errors=True) if (broken / leftover).is_dir() else (broken / leftover).unlink(missing_ok=True)
+    shard = next(broken.glob("*.safetensors"))
+    _rename_tensor(shard, "layers.1.mlp.down_proj.weight", "layers.1.mlp.down_proj_wrong.weight")
+    code, doc = validate(broken, "--serve", "--timeout", "300")
+    assert code == 1
+    start = rows(doc)["start-up"]
+    assert start["status"] == "failed"
+    assert start["verdict"]["class"] == "checkpoint mapping/completeness"
+    assert any("down_proj" in line for line in start["verdict"]["evidence"])
+    assert rows(doc)["generation"]["status"] == "unverified" and doc["loadable"] is False
+    readme = (broken / "README.md").read_text()
+    assert "failed: checkpoint mapping/completeness" in readme and "not shown loadable" in readme
+
+
+@needs_vllm
+def test_a_kv_budget_too_small_is_insufficient_resources(llama_outputs, tmp_path):
+    out = tmp_path / "small-kv"
+    shutil.copytree(llama_outputs["dummy"], out)
+    code, doc = validate(out, "--serve", "--kv-cache-memory-bytes", "4096")
+    assert code == 1
+    start = rows(doc)["start-up"]
+    assert start["verdict"]["class"] == "insufficient resources"
+    assert any("memory" in line.lower() for line in start["verdict"]["evidence"])
+    assert "kv-cache-memory-bytes" in start["verdict"]["advice"]
+
+
+# --- the server lifecycle with stand-in servers (real processes, real signals) ---------------
+HANG = "import signal, time\n{ignore}\nwhile True: time.sleep(1)  # sleep-forever-marker"
+
+
+@pytest.mark.parametrize("ignore", ["", "signal.signal(signal.SIGINT, signal.SIG_IGN); signal.signal(signal.SIGTERM, signal.SIG_IGN)"])
+def test_a_server_that_never_gets_healthy_is_stopped_with_its_whole_group(llama_outputs, tmp_path, ignore):
+    """A launcher that hangs (and, second case, ignores SIGINT and SIGTERM, with a child of
+    its own): start-up fails after the timeout and nothing of the group survives."""
+    script = tmp_path / "hang.py"
+    script.write_text(
+        "import subprocess, sys\n"
+        f"subprocess.Popen([sys.executable, '-c', {HANG.format(ignore=ignore)!r}])\n"
+        + HANG.format(ignore=ignore) + "\n"
+    )
+    out = tmp_path / "out"
+    shutil.copytree(llama_outputs["dummy"], out)
+    python = VLLM_PYTHON or sys.executable
+    proc = mxtrim("validate", str(out), "--python", python, "--device", "cpu", "--serve", "--json",
+                  "--timeout", "3", "--launcher", f"{sys.executable} {script}", cwd=tmp_path)
+    doc = json.loads(proc.stdout)
+    start = rows(doc)["start-up"]
+    assert proc.returncode == 1 and start["status"] == "failed" and "not healthy after 3 s" in start["detail"]
+    assert doc["server_exit"]["signal"] == ("SIGKILL" if ignore else "SIGINT")
+    assert doc["server_exit"]["survivors"] == [] or all(not psutil.pid_exists(p) for p in doc["server_exit"]["survivors"])
+
+
+def test_validate_refuses_a_directory_not_written_by_mxtrim(tmp_path):
+    proc = mxtrim("validate", str(tmp_path))
+    assert proc.returncode == 1
+    assert proc.stderr.strip().count("\n") == 0 and "mxtrim-plan.json" in proc.stderr and "Traceback" not in proc.stderr
+
+
+# --- the wizard: write, then validate with the live server log --------------------------------
+@needs_vllm
+@pytest.mark.asyncio
+async def test_wizard_validates_after_a_write_streams_the_log_and_leaves_no_process(tmp_path, monkeypatch):
+    from mxtrim_tui.core.gpu import GpuProbe
+    from mxtrim_tui.tui.app import MxtrimApp
+    from tui_support import plain, settle, wait_for
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.setenv("MXTRIM_VLLM_PYTHON", VLLM_PYTHON)
+    src = make_servable_llama(tmp_path / "llama", layers=4)
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    app = MxtrimApp(src, tree_root=tmp_path, gpu_probe=lambda: GpuProbe("none", False, "no GPU here"), workspace=ws)
+    async with app.run_test(size=(100, 40)) as pilot:
+        assert await wait_for(pilot, lambda: app.state.inventory is not None)
+        await settle(app, pilot)
+        app.action_goto("output")
+        await settle(app, pilot)
+        await pilot.press("ctrl+s")
+        run = app.get_screen("run")
+        assert await wait_for(pilot, lambda: app.state.last_output is not None and not run.running, timeout=120)
+        log = run.query_one("#run-log")
+
+        def log_text() -> str:
+            return "\n".join(str(line.text) for line in log.lines)
+
+        # start, then stop it while the server starts: nothing is left
+        await pilot.press("v")
+        assert await wait_for(pilot, lambda: "[serve] starting" in log_text(), timeout=120)
+        await pilot.pause(3)
+        await pilot.press("escape")
+        assert await wait_for(pilot, lambda: "stopped" in plain(run.query_one("#run-status")), timeout=90)
+        assert servers(tmp_path) == []
+        # again, to the end: the server's own log lines and each verdict appear
+        await pilot.press("v")
+        def finished() -> bool:
+            status = plain(run.query_one("#run-status"))
+            return not run.running and ("✓ validated" in status or "✗" in status)
+
+        assert await wait_for(pilot, finished, timeout=400)
+        await pilot.pause(0.5)
+        status = plain(run.query_one("#run-status"))
+        verdicts = plain(run.query_one("#run-validation"), width=300)
+        assert "✓ validated" in status, verdicts
+        assert "start-up: passed" in verdicts and "generation: passed" in verdicts
+        assert "Starting vLLM" in log_text() or "Application startup complete" in log_text()
+        assert "--load-format dummy" in plain(run.query_one("#run-serve"), width=400)
+        await pilot.press("ctrl+q")
+    assert servers(tmp_path) == []
