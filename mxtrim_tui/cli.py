@@ -97,6 +97,7 @@ def _parser() -> argparse.ArgumentParser:
     va.add_argument("--max-model-len", type=int, metavar="N", help="context of the server (default: 256 on CPU, the output's serve settings on GPU)")
     va.add_argument("--kv-cache-memory-bytes", type=parse_size, metavar="SIZE", help="KV cache budget (CPU default 64MB)")
     va.add_argument("--timeout", type=float, default=600.0, metavar="S", help="seconds to wait for the server to become healthy")
+    va.add_argument("--equivalence", action="store_true", help="with --serve (implied): greedy tokens of the served real-weight trim against the original model run in transformers with only the kept layers")
     va.add_argument("--speculative", action="store_true", help="serve with speculative decoding through the kept MTP layer (method mtp, 1 token)")
     va.add_argument("--trust-remote-code", action="store_true", help="allow code from the output directory (auto_map) to run")
     va.add_argument("--json", action="store_true", help="print the validation as JSON (schema mxtrim.validation/1)")
@@ -327,13 +328,13 @@ def cmd_validate(args) -> int:
             elif event.get("event") == "log":
                 print("  | " + event["line"], file=sys.stderr, flush=True)
 
-    v = validate(out, opts, serve=args.serve, on_event=progress)
+    v = validate(out, opts, serve=args.serve or args.equivalence, equivalence=args.equivalence, on_event=progress)
     runs = record(v)
     if args.json:
         json.dump(v.to_json(), sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        marks = {"passed": "✓", "failed": "✗", "unverified": "·", "not applicable": "-"}
+        marks = {"passed": "✓", "failed": "✗", "unverified": "·", "not applicable": "-", "not comparable": "≠"}
         for r in v.rows:
             print(f"{marks.get(r.status, '?')} {r.check}: {r.status}" + (f" — {r.detail}" if r.detail else ""))
             if r.verdict:

@@ -241,3 +241,35 @@ async def test_wizard_validates_after_a_write_streams_the_log_and_leaves_no_proc
         assert "--load-format dummy" in plain(run.query_one("#run-serve"), width=400)
         await pilot.press("ctrl+q")
     assert servers(tmp_path) == []
+
+
+# --- equivalence: the served trim is the original with layers removed ------------------------
+def _swap_layers(shard: Path, a: int, b: int) -> None:
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(shard)
+    swapped = {}
+    for name, t in tensors.items():
+        for x, y in ((a, b), (b, a)):
+            tag = f".layers.{x}."
+            if tag in name:
+                name = name.replace(tag, f".layers.{y}.")
+                break
+        swapped[name] = t
+    save_file(swapped, shard, metadata={"format": "pt"})
+
+
+@needs_vllm
+def test_equivalence_passes_on_the_trim_and_fails_with_two_layers_swapped(llama_outputs, tmp_path):
+    code, doc = validate(llama_outputs["weights"], "--equivalence")
+    eq = rows(doc)["equivalence with the original (greedy tokens)"]
+    assert code == 0 and eq["status"] == "passed", eq
+    assert eq["data"]["kept"] == [1, 4] and eq["data"]["served"] == eq["data"]["reference"]
+
+    swapped = tmp_path / "swapped"
+    shutil.copytree(llama_outputs["weights"], swapped)
+    _swap_layers(next(swapped.glob("*.safetensors")), 0, 1)
+    code, doc = validate(swapped, "--equivalence")
+    eq = rows(doc)["equivalence with the original (greedy tokens)"]
+    assert code == 1 and eq["status"] == "failed", eq
+    assert rows(doc)["start-up"]["status"] == "passed"  # it loads: only the comparison catches it

@@ -120,7 +120,7 @@ def workspace_warning(env: dict, cwd: Path) -> str | None:
     return None
 
 
-def validate(out: Path, opts: ServeOptions, *, serve: bool, on_event=None) -> Validation:
+def validate(out: Path, opts: ServeOptions, *, serve: bool, equivalence: bool = False, on_event=None) -> Validation:
     emit = on_event or (lambda event: None)
     out = Path(out).resolve()
     plan = read_output(out)
@@ -138,11 +138,11 @@ def validate(out: Path, opts: ServeOptions, *, serve: bool, on_event=None) -> Va
         for name in ("start-up", "generation"):
             v.rows.append(Row(name, UNVERIFIED, "not run (validate --serve starts vllm serve)"))
         return v
-    serve_rows(v, out, plan, opts, emit)
+    serve_rows(v, out, plan, opts, emit, equivalence)
     return v
 
 
-def serve_rows(v: Validation, out: Path, plan: dict, opts: ServeOptions, emit) -> None:
+def serve_rows(v: Validation, out: Path, plan: dict, opts: ServeOptions, emit, equivalence: bool = False) -> None:
     port = free_port()
     argv = serve_argv(out, v.mode, opts, port)
     v.serve_command = argv
@@ -164,6 +164,13 @@ def serve_rows(v: Validation, out: Path, plan: dict, opts: ServeOptions, emit) -
         base = f"http://127.0.0.1:{port}"
         generation_rows(v, out, base, server, emit)
         extra_rows(v, out, plan, opts, base, server, emit)
+        if equivalence:
+            from .equivalence import compare
+
+            emit({"event": "stage", "name": "equivalence", "status": "running"})
+            status, detail, data = compare(base, out, plan)
+            v.rows.append(Row("equivalence with the original (greedy tokens)", status, detail, data=data))
+            emit({"event": "check", **v.rows[-1].to_json()})
     finally:
         if server.exited() is None or not server.stop_requested:
             exit_info = server.stop()
