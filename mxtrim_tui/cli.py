@@ -286,7 +286,7 @@ def parse_size(text: str) -> int:
 def _serve_options(args, plan_doc: dict):
     import shlex
 
-    from .core.validate.serve import ServeOptions
+    from .core.validate.serve import ServeOptions, cpu_attention_backend
 
     device = args.device
     if device == "auto":
@@ -307,6 +307,7 @@ def _serve_options(args, plan_doc: dict):
         gpu_memory_utilization=None if cpu else float(serve.get("gpu_memory_utilization") or 0.8),
         kv_cache_memory_bytes=args.kv_cache_memory_bytes or (64 * 2**20 if cpu else None),
         dtype="float32" if cpu else None,
+        attention_backend=cpu_attention_backend(Path(args.output)) if cpu else None,
         trust_remote_code=args.trust_remote_code,
         speculative_mtp=1 if args.speculative else 0,
         launcher=shlex.split(args.launcher) if args.launcher else None,

@@ -273,3 +273,138 @@ def test_equivalence_passes_on_the_trim_and_fails_with_two_layers_swapped(llama_
     eq = rows(doc)["equivalence with the original (greedy tokens)"]
     assert code == 1 and eq["status"] == "failed", eq
     assert rows(doc)["start-up"]["status"] == "passed"  # it loads: only the comparison catches it
+
+
+# --- the families served for real: dummy and real weights, non-contiguous kept layers ---------
+from fixtures import tiny_models as tm  # noqa: E402
+
+FAMILIES = {
+    # name: (builder, kept layers: a dense and an MoE one / a sliding and a full one, MTP kept when present)
+    "qwen3_moe": (tm.make_servable_qwen3_moe, "1,3"),
+    "gemma3_text": (tm.make_servable_gemma3_text, "0,2"),
+    "glm4_moe_mtp": (tm.make_servable_glm4_moe_mtp, "0,3"),
+    "deepseek_v3_mtp": (tm.make_servable_deepseek_v3_mtp, "0,2"),
+}
+# greedy tokens against the original in transformers: equal for every family here. DeepSeek's
+# MLA included: served with the CPU_MLA backend in float32, it agrees with itself and with
+# transformers (an engine that disagrees with itself is "not comparable": tested below)
+EQUIVALENCE = {"qwen3_moe": "passed", "gemma3_text": "passed", "glm4_moe_mtp": "passed", "deepseek_v3_mtp": "passed"}
+
+
+@pytest.fixture(scope="module")
+def family_outputs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("families")
+    made = {}
+
+    def get(name: str) -> dict[str, Path]:
+        if name not in made:
+            builder, keep = FAMILIES[name]
+            src = builder(root / name)
+            made[name] = {"source": src}
+            for mode in ("dummy", "weights"):
+                out = root / f"{name}-{mode}"
+                proc = mxtrim("trim", str(src), "--mode", mode, "--keep", keep, "--out", str(out))
+                assert proc.returncode == 0, proc.stderr
+                made[name][mode] = out
+        return made[name]
+
+    return get
+
+
+@needs_vllm
+@pytest.mark.parametrize("family", FAMILIES)
+def test_family_dummy_trim_is_served(family_outputs, family):
+    code, doc = validate(family_outputs(family)["dummy"], "--serve")
+    r = rows(doc)
+    assert code == 0, json.dumps(doc["rows"], indent=1)[:3000]
+    assert r["start-up"]["status"] == "passed" and r["generation"]["status"] == "passed"
+    if family == "gemma3_text":  # a prompt past the kept sliding window
+        assert r["long input"]["status"] == "passed"
+
+
+@needs_vllm
+@pytest.mark.parametrize("family", FAMILIES)
+def test_family_real_weight_trim_is_loadable_and_equivalent(family_outputs, family):
+    code, doc = validate(family_outputs(family)["weights"], "--equivalence")
+    r = rows(doc)
+    assert code == 0, json.dumps(doc["rows"], indent=1)[:3000]
+    assert doc["loadable"] is True
+    eq = r["equivalence with the original (greedy tokens)"]
+    assert eq["status"] == EQUIVALENCE[family], eq
+    if "mtp" in family:
+        assert r["speculative decoding (MTP)"]["status"] == "unverified"
+
+
+@needs_vllm
+@pytest.mark.parametrize("family", ["glm4_moe_mtp", "deepseek_v3_mtp"])
+def test_kept_mtp_layer_serves_speculative_decoding(family_outputs, family):
+    code, doc = validate(family_outputs(family)["weights"], "--serve", "--speculative")
+    r = rows(doc)
+    assert code == 0, json.dumps(doc["rows"], indent=1)[:3000]
+    assert r["speculative decoding (MTP)"]["status"] == "passed"
+    spec = doc["serve_command"][doc["serve_command"].index("--speculative-config") + 1]
+    assert json.loads(spec)["method"] == "mtp"
+
+
+@needs_vllm
+def test_qwen2_mixed_sliding_is_warned_and_classified_as_configuration(tmp_path):
+    src = tm.make_servable_qwen2_mixed_sliding(tmp_path / "qwen2")
+    out = tmp_path / "qwen2-dummy"
+    proc = mxtrim("trim", str(src), "--mode", "dummy", "--keep", "0,2", "--out", str(out))
+    assert proc.returncode == 0
+    assert "Sliding window for some but all layers" in (out / "README.md").read_text()  # the plan's warning
+    code, doc = validate(out, "--serve")
+    start = rows(doc)["start-up"]
+    assert code == 1 and start["verdict"]["class"] == "trimming/configuration or missing dependency"
+    assert any("Sliding window for some but all layers" in line for line in start["verdict"]["evidence"])
+
+
+def test_qwen3_moe_saved_by_transformers_5_keeps_its_moe_layers(tmp_path):
+    """transformers 5 writes the expert count as num_local_experts: still MoE layers."""
+    from mxtrim_tui.core.inventory import build_inventory
+    from mxtrim_tui.core.plan import Selection, build_plan
+    from mxtrim_tui.core.source import open_source
+
+    src = tm.make_servable_qwen3_moe(tmp_path / "q", experts_key="num_local_experts")
+    plan = build_plan(build_inventory(open_source(src)), Selection.parse(None, None))
+    kinds = {m.kind.mlp for m in plan.mappings}
+    assert "moe" in " ".join(sorted(kinds)).lower() and len(plan.kept["text"]) >= 2
+
+
+def test_an_engine_that_disagrees_with_itself_is_not_comparable():
+    """The decode-vs-prefill probe against a server that answers the OpenAI completions API
+    (a stdlib HTTP server in this process) whose continuation depends on how the prompt was
+    split: token equality would say nothing, so the probe must say so."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    from mxtrim_tui.core.validate.equivalence import self_consistent, served_tokens
+
+    class Drifting(BaseHTTPRequestHandler):
+        def do_POST(self):
+            doc = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            prompt, n = doc["prompt"], doc["max_tokens"]
+            if self.server.consistent:  # the token at each position depends on the position only
+                tokens = [((len(prompt) + i) * 7) % 97 for i in range(n)]
+            else:  # a longer prefill changes the continuation
+                tokens = [(len(prompt) * 7 + i * (3 if len(prompt) > 5 else 2)) % 97 for i in range(n)]
+            body = json.dumps({"choices": [{"text": "", "token_ids": tokens}]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Drifting)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        base = f"http://127.0.0.1:{server.server_port}"
+        prompt = [1, 2, 3, 4, 5]
+        for consistent in (False, True):
+            server.consistent = consistent
+            tokens = served_tokens(base, "m", prompt, 8)
+            assert len(tokens) == 8 and self_consistent(base, "m", prompt, tokens) is consistent
+    finally:
+        server.shutdown()

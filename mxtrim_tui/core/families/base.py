@@ -142,7 +142,8 @@ def qwen_moe_mlp(cfg: dict, idx: int) -> str:
     """Qwen2/3-MoE rule (vLLM qwen3_moe.py, qwen2_moe.py): MoE iff not in mlp_only_layers,
     experts > 0 and (idx + 1) % decoder_sparse_step == 0."""
     only = cfg.get("mlp_only_layers") or []
-    experts = first_int(cfg, "num_experts", default=0) or 0
+    # transformers 5 saves the count as num_local_experts (num_experts is its attribute alias)
+    experts = first_int(cfg, "num_experts", "num_local_experts", default=0) or 0
     step = first_int(cfg, "decoder_sparse_step", default=1) or 1
     if idx not in only and experts > 0 and (idx + 1) % step == 0:
         return MOE

@@ -19,9 +19,11 @@ def qwen_attention(cfg: dict, idx: int) -> str:
 
 
 def sliding_window_layers(ctx) -> None:
-    """With sliding windows on, transformers derives sliding iff ``idx >= max_window_layers``
-    and vLLM's Qwen2 asserts ``max_window_layers == num_hidden_layers`` for mixed
-    ``layer_types``: write the explicit list and the count of leading full layers."""
+    """With sliding windows on, transformers derives sliding iff ``idx >= max_window_layers``:
+    write the count of kept leading full layers so that it derives the kept kinds. vLLM's
+    Qwen2 model (Qwen3's too) refuses ``layer_types`` that mix sliding and full attention
+    unless ``max_window_layers == num_hidden_layers`` (an assertion in ``Qwen2Model``), which
+    the source itself cannot satisfy either: such a mix is warned about, not silently written."""
     if not (ctx.get("use_sliding_window") and ctx.get("sliding_window")):
         return
     kinds = [k.attention for k in ctx.kinds]
@@ -32,6 +34,12 @@ def sliding_window_layers(ctx) -> None:
         ctx.error("a full-attention layer would follow a sliding one: max_window_layers cannot express it",
                   "keep full-attention layers before sliding ones")
     ctx.set("max_window_layers", full, "number of kept leading full-attention layers")
+    if 0 < full < len(kinds):
+        ctx.warn(
+            "vLLM's Qwen2/Qwen3 refuse layer_types mixing sliding and full attention (\"Sliding window for some "
+            "but all layers is not supported\"): this output, like its source, will not start there",
+            "keep only full-attention or only sliding layers to serve one path at a time",
+        )
 
 
 def qwen3_moe_requires_moe(ctx) -> None:
@@ -67,7 +75,7 @@ QWEN_MOE = Family(
             ("model.layers.",),
             attention=qwen_attention,
             mlp=qwen_moe_mlp,
-            experts_fields=("num_experts",),
+            experts_fields=("num_experts", "num_local_experts"),
         ),
     ),
     shared=SHARED,

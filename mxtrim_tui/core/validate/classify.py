@@ -69,16 +69,22 @@ class Verdict:
 
 def error_content(lines: list[str]) -> tuple[list[str], list[str]]:
     """(exception lines, other error lines): INFO/WARNING/DEBUG log lines are left out (a
-    deprecation warning that says "unsupported" is not evidence), and so is the shutdown noise."""
+    deprecation warning that says "unsupported" is not evidence), and so are traceback frames
+    (a frame named process_weights_after_loading is where an error passed, not what it was)
+    and the shutdown noise."""
     exceptions, others = [], []
     for raw in lines:
         m = LOG_LINE.match(raw.strip())
         if m and m.group(1) not in ("ERROR", "CRITICAL"):
             continue
-        text = (m.group(2) if m else raw).strip()
+        content = m.group(2) if m else raw
+        text = content.strip()
         if not text or NOISE.search(text):
             continue
-        (exceptions if EXCEPTION.match(text) else others).append(text[:400])
+        if EXCEPTION.match(text):
+            exceptions.append(text[:400])
+        elif not content.startswith((" ", "\t")) and not text.startswith(("File \"", "Traceback", "^", "~")):
+            others.append(text[:400])
     return exceptions, others
 
 
@@ -90,8 +96,9 @@ def _matches(lines: list[str], pattern: re.Pattern, limit: int = 4) -> list[str]
     return found[:limit]
 
 
-def classify(lines: list[str], returncode: int | None, stopped_by_us: bool, reason: str = "") -> Verdict | None:
-    """None when nothing failed (a requested stop included)."""
+def classify(lines: list[str], returncode: int | None, stopped_by_us: bool, reason: str = "", *, dummy: bool = True) -> Verdict | None:
+    """None when nothing failed (a requested stop included). ``dummy``: the server loaded dummy
+    weights (only then can a dummy-initialisation limit be the cause)."""
     if stopped_by_us and not reason:
         return None
     summary = reason or f"exit status {returncode}"
@@ -99,6 +106,8 @@ def classify(lines: list[str], returncode: int | None, stopped_by_us: bool, reas
     # the exceptions first (the root cause is raised there), then any other error line
     for candidates in (exceptions, others):
         for category, pattern, advice in RULES:
+            if category == DUMMY_LIMIT and not dummy:
+                continue
             evidence = _matches(candidates, pattern)
             if evidence:
                 return Verdict(category, summary, evidence, advice)

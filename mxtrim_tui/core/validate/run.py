@@ -154,7 +154,7 @@ def serve_rows(v: Validation, out: Path, plan: dict, opts: ServeOptions, emit, e
         healthy, why = server.wait_healthy(f"http://127.0.0.1:{port}", opts.startup_timeout)
         if not healthy:
             exit_info = server.stop()
-            verdict = classify(list(server.tail), exit_info.returncode, stopped_by_us=False, reason=why)
+            verdict = classify(list(server.tail), exit_info.returncode, stopped_by_us=False, reason=why, dummy=v.mode == "dummy")
             v.rows.append(Row("start-up", FAILED, why, verdict.to_json() if verdict else None))
             v.rows.append(Row("generation", UNVERIFIED, "the server did not start"))
             v.server_exit = _exit_json(exit_info)
@@ -190,7 +190,8 @@ def generation_rows(v: Validation, out: Path, base: str, server: Server, emit) -
     detail = "; ".join(f"{r.name}: {r.detail} in {r.seconds:.2f} s" for r in results)
     verdict = None
     if failed:
-        verdict = classify(list(server.tail), server.exited(), stopped_by_us=False, reason="; ".join(f"{r.name}: {r.detail}" for r in failed))
+        verdict = classify(list(server.tail), server.exited(), stopped_by_us=False, dummy=v.mode == "dummy",
+                           reason="; ".join(f"{r.name}: {r.detail}" for r in failed))
     v.rows.append(Row("generation", FAILED if failed else PASSED, detail, verdict.to_json() if verdict else None,
                       data={"requests": [r.to_json() for r in results], "decode_steps": min((r.completion_tokens or 0) for r in gen) if gen else 0}))
     emit({"event": "check", **v.rows[-1].to_json()})

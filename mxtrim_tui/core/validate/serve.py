@@ -35,6 +35,7 @@ class ServeOptions:
     gpu_memory_utilization: float | None = None
     kv_cache_memory_bytes: int | None = None  # CPU: the KV budget (vLLM refuses to guess it there)
     dtype: str | None = None  # CPU: float32 is what the kernels of the CPU build run everywhere
+    attention_backend: str | None = None  # e.g. CPU_MLA (see cpu_attention_backend)
     enforce_eager: bool = True
     speculative_mtp: int = 0  # number of speculative tokens through the kept MTP layers
     trust_remote_code: bool = False
@@ -69,13 +70,30 @@ def serve_argv(out_dir: Path, mode: str, opts: ServeOptions, port: int) -> list[
         argv += ["--kv-cache-memory-bytes", str(opts.kv_cache_memory_bytes)]
     if opts.dtype:
         argv += ["--dtype", opts.dtype]
+    if opts.attention_backend:
+        argv += ["--attention-backend", opts.attention_backend]
     if opts.enforce_eager:
         argv.append("--enforce-eager")
     if opts.speculative_mtp:
-        argv += ["--speculative-config", json.dumps({"method": "mtp", "num_speculative_tokens": opts.speculative_mtp})]
+        spec = {"method": "mtp", "num_speculative_tokens": opts.speculative_mtp}
+        if opts.attention_backend:
+            spec["attention_backend"] = opts.attention_backend  # the drafter picks its own otherwise
+        argv += ["--speculative-config", json.dumps(spec)]
     if opts.trust_remote_code:
         argv.append("--trust-remote-code")
     return argv + list(opts.extra_args)
+
+
+def cpu_attention_backend(out_dir: Path) -> str | None:
+    """MLA on the CPU build: on hosts with AMX, vLLM picks an AMX MLA backend that accepts only
+    16-bit or int8 weights and fails on float32 ("expect weight to be bfloat16, ..."); its
+    generic CPU_MLA backend runs float32 on any x86 host."""
+    try:
+        cfg = json.loads((out_dir / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
+    return "CPU_MLA" if isinstance(text.get("kv_lora_rank"), int) else None
 
 
 def serve_env(opts: ServeOptions) -> dict[str, str]:
