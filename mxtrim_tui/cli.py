@@ -29,6 +29,20 @@ class UsageError(Exception):
     """A malformed option value (exit status 2)."""
 
 
+def validation_args(sp) -> None:
+    """What `validate` takes, and `trim --validate` with it."""
+    sp.add_argument("--serve", action="store_true", help="start vllm serve on the output, send requests, stop it")
+    sp.add_argument("--python", default=sys.executable, metavar="PY", help="interpreter of the environment holding vLLM (default: this one)")
+    sp.add_argument("--launcher", metavar="CMD", help="server command instead of 'PY -m vllm.entrypoints.openai.api_server' (split like a shell)")
+    sp.add_argument("--device", choices=["auto", "cpu", "cuda", "maca"], default="auto", help="where the server runs (auto: idle GPUs, else the CPU)")
+    sp.add_argument("--gpus", metavar="IDS", help="devices for the server, e.g. 0,1 (refused when another process uses one)")
+    sp.add_argument("--kv-cache-memory-bytes", type=parse_size, metavar="SIZE", help="KV cache budget (CPU default 64MB)")
+    sp.add_argument("--timeout", type=float, default=600.0, metavar="S", help="seconds to wait for the server to become healthy")
+    sp.add_argument("--equivalence", action="store_true", help="with --serve (implied): greedy tokens of the served real-weight trim against the original model run in transformers with only the kept layers")
+    sp.add_argument("--speculative", action="store_true", help="serve with speculative decoding through the kept MTP layer (method mtp, 1 token)")
+    sp.add_argument("--trust-remote-code", action="store_true", help="allow code from the output directory (auto_map) to run")
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="mxtrim",
@@ -79,6 +93,8 @@ def _parser() -> argparse.ArgumentParser:
     tr.add_argument("--max-shard-size", type=parse_size, default=DEFAULT_MAX_SHARD_BYTES, metavar="SIZE", help="weights mode: largest output shard (default 5GB)")
     tr.add_argument("--progress", action="store_true", help="print progress events as JSON lines on stderr")
     tr.add_argument("--out", type=Path, help="output directory (must not exist)")
+    tr.add_argument("--validate", action="store_true", help="validate the output once written (offline checks; with --serve a real vllm serve)")
+    validation_args(tr)
     tr.add_argument(
         "--workspace",
         type=Path,
@@ -88,18 +104,9 @@ def _parser() -> argparse.ArgumentParser:
 
     va = sub.add_parser("validate", help="prove an output: offline loads, then (--serve) a real vllm serve with requests")
     va.add_argument("output", metavar="OUT", help="a directory written by mxtrim trim")
-    va.add_argument("--serve", action="store_true", help="start vllm serve on it, send requests, stop it")
-    va.add_argument("--python", default=sys.executable, metavar="PY", help="interpreter of the environment holding vLLM (default: this one)")
-    va.add_argument("--launcher", metavar="CMD", help="server command instead of 'PY -m vllm.entrypoints.openai.api_server' (split like a shell)")
-    va.add_argument("--device", choices=["auto", "cpu", "cuda", "maca"], default="auto", help="where the server runs (auto: a visible GPU, else the CPU)")
-    va.add_argument("--gpus", metavar="IDS", help="CUDA_VISIBLE_DEVICES / MACA_VISIBLE_DEVICES for the server, e.g. 0,1")
+    validation_args(va)
     va.add_argument("--tp", type=int, default=1, metavar="N", help="tensor parallel size (default 1)")
     va.add_argument("--max-model-len", type=int, metavar="N", help="context of the server (default: 256 on CPU, the output's serve settings on GPU)")
-    va.add_argument("--kv-cache-memory-bytes", type=parse_size, metavar="SIZE", help="KV cache budget (CPU default 64MB)")
-    va.add_argument("--timeout", type=float, default=600.0, metavar="S", help="seconds to wait for the server to become healthy")
-    va.add_argument("--equivalence", action="store_true", help="with --serve (implied): greedy tokens of the served real-weight trim against the original model run in transformers with only the kept layers")
-    va.add_argument("--speculative", action="store_true", help="serve with speculative decoding through the kept MTP layer (method mtp, 1 token)")
-    va.add_argument("--trust-remote-code", action="store_true", help="allow code from the output directory (auto_map) to run")
     va.add_argument("--json", action="store_true", help="print the validation as JSON (schema mxtrim.validation/1)")
     va.add_argument("--progress", action="store_true", help="print events (checks, server log lines, requests) as JSON lines on stderr")
     va.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
@@ -231,11 +238,16 @@ def cmd_trim(args) -> int:
             "copy_method": result.copy_method,
             "vllm_load": "unverified",
         }
+    validation = None
+    if args.validate or args.serve or args.equivalence:
+        validation = run_validation(result.path, args, quiet=args.json)
     if args.json:
         command = serve_command(plan, result.path, args.mode, serve)
         doc = plan_to_json(plan) | {"mode": args.mode, "output": str(result.path), "files": result.files, "serve_command": command}
         if checks is not None:
             doc["checks"] = checks
+        if validation is not None:
+            doc["validation"] = validation[0].to_json()
         json.dump(doc, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
@@ -253,8 +265,11 @@ def cmd_trim(args) -> int:
                 f"{integ['hashes_matched']} {integ['hash']} hashes matched; index {integ['index']}"
             )
             console.print(f"structure: {result.structure.headline}")
-            console.print("vLLM load: unverified (run the serve command in README.md)")
-    return 0
+            if validation is None:
+                console.print("vLLM load: unverified (mxtrim validate OUT --serve, or the serve command in README.md)")
+        if validation is not None:
+            print_validation(*validation[:2])
+    return 0 if validation is None or validation[2] else 1
 
 
 def _progress_printer():
@@ -283,31 +298,36 @@ def parse_size(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not a size like 5GB, 500MB or 123456") from None
 
 
-def _serve_options(args, plan_doc: dict):
+def _serve_options(args, out: Path, plan_doc: dict):
     import shlex
 
+    from .core.validate.devices import choose_devices
     from .core.validate.serve import ServeOptions, cpu_attention_backend
 
-    device = args.device
-    if device == "auto":
+    probe = None
+    if args.device != "cpu":
         from .core.gpu import probe_gpus
 
         probe = probe_gpus()
-        device = ("maca" if probe.vendor == "metax" else "cuda") if probe.available and probe.gpus else "cpu"
     serve = plan_doc.get("serve") or {}
+    tp = int(getattr(args, "tp", None) or serve.get("tp") or 1)  # trim's --tp is text, already checked
+    choice = choose_devices(args.device, probe, count=tp, gpus=args.gpus)
+    device = choice.device
     cpu = device == "cpu"
     if args.speculative and not plan_doc.get("mtp_kept"):
-        raise InputError(Path(args.output) / "mxtrim-plan.json", "the output keeps no MTP layer: --speculative has nothing to run")
+        raise InputError(out / "mxtrim-plan.json", "the output keeps no MTP layer: --speculative has nothing to run")
     return ServeOptions(
         python=args.python,
         device=device,
-        gpus=args.gpus,
-        tp=args.tp,
-        max_model_len=args.max_model_len or (256 if cpu else int(serve.get("max_model_len") or 4096)),
+        gpus=choice.gpus,
+        device_note=choice.note,
+        refused=choice.refused,
+        tp=tp,
+        max_model_len=int(getattr(args, "max_model_len", None) or (256 if cpu else serve.get("max_model_len") or 4096)),
         gpu_memory_utilization=None if cpu else float(serve.get("gpu_memory_utilization") or 0.8),
         kv_cache_memory_bytes=args.kv_cache_memory_bytes or (64 * 2**20 if cpu else None),
         dtype="float32" if cpu else None,
-        attention_backend=cpu_attention_backend(Path(args.output)) if cpu else None,
+        attention_backend=cpu_attention_backend(out) if cpu else None,
         trust_remote_code=args.trust_remote_code,
         speculative_mtp=1 if args.speculative else 0,
         launcher=shlex.split(args.launcher) if args.launcher else None,
@@ -315,40 +335,52 @@ def _serve_options(args, plan_doc: dict):
     )
 
 
-def cmd_validate(args) -> int:
+def run_validation(out: Path, args, quiet: bool):
+    """Validate ``out`` as the flags say; the result is recorded in the output directory."""
     from .core.validate.record import record
     from .core.validate.run import read_output, validate
 
-    out = Path(args.output)
-    opts = _serve_options(args, read_output(out))
-    progress = _progress_printer() if args.progress else None
-    if progress is None and not args.json:
+    opts = _serve_options(args, out, read_output(out))
+    progress = _progress_printer() if getattr(args, "progress", False) else None
+    if progress is None and not quiet:
         def progress(event: dict) -> None:
             if event.get("event") == "serve" and event.get("status") == "starting":
                 print("$ " + " ".join(event["command"]), file=sys.stderr, flush=True)
             elif event.get("event") == "log":
                 print("  | " + event["line"], file=sys.stderr, flush=True)
 
-    v = validate(out, opts, serve=args.serve or args.equivalence, equivalence=args.equivalence, on_event=progress)
+    serve = args.serve or args.equivalence
+    v = validate(out, opts, serve=serve, equivalence=args.equivalence, on_event=progress)
     runs = record(v)
+    # asked to serve and could not (busy or absent devices): not a success
+    ok = v.ok and not (serve and opts.refused)
+    return v, runs, ok
+
+
+def print_validation(v, runs: int) -> None:
+    marks = {"passed": "✓", "failed": "✗", "unverified": "·", "not applicable": "-", "not comparable": "≠"}
+    for r in v.rows:
+        print(f"{marks.get(r.status, '?')} {r.check}: {r.status}" + (f" — {r.detail}" if r.detail else ""))
+        if r.verdict:
+            print(f"    {r.verdict['class']}: {r.verdict['summary']}")
+            for line in r.verdict["evidence"]:
+                print(f"      {line}")
+            print(f"    suggested: {r.verdict['advice']}")
+    if v.environment.get("warning"):
+        print(f"⚠ {v.environment['warning']}")
+    if v.mode == "weights":
+        print("loadable by this vLLM" if v.loadable else "not shown loadable (needs a real-weight start-up and generation)")
+    print(f"recorded in {v.output / 'validation.json'} (run {runs}) and README.md")
+
+
+def cmd_validate(args) -> int:
+    v, runs, ok = run_validation(Path(args.output), args, quiet=args.json)
     if args.json:
         json.dump(v.to_json(), sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        marks = {"passed": "✓", "failed": "✗", "unverified": "·", "not applicable": "-", "not comparable": "≠"}
-        for r in v.rows:
-            print(f"{marks.get(r.status, '?')} {r.check}: {r.status}" + (f" — {r.detail}" if r.detail else ""))
-            if r.verdict:
-                print(f"    {r.verdict['class']}: {r.verdict['summary']}")
-                for line in r.verdict["evidence"]:
-                    print(f"      {line}")
-                print(f"    suggested: {r.verdict['advice']}")
-        if v.environment.get("warning"):
-            print(f"⚠ {v.environment['warning']}")
-        if v.mode == "weights":
-            print("loadable by this vLLM" if v.loadable else "not shown loadable (needs a real-weight start-up and generation)")
-        print(f"recorded in {out / 'validation.json'} (run {runs}) and README.md")
-    return 0 if v.ok else 1
+        print_validation(v, runs)
+    return 0 if ok else 1
 
 
 def cmd_tui(args) -> int:

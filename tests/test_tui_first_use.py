@@ -314,6 +314,10 @@ async def test_run_status_after_failure_success_and_cancel(tmp_path, demo):
         files = [p for p in (ws / "ok").rglob("*") if p.is_file()]
         assert f"{len(files)} file(s)" in shown["stats"] and "ETA" not in shown["stats"] and "verifying" not in shown["stats"]
         assert run.progress.done == run.progress.total == len(files)
+        # the serve command shown can be copied (OSC 52), exactly as the README has it
+        await pilot.press("c")
+        await settle(app, pilot)
+        assert app.clipboard.startswith("CUDA_VISIBLE_DEVICES=") and app.clipboard in (ws / "ok" / "README.md").read_text()
         # cancel: the status says so and the ETA is gone
         run.start([sys.executable, "-c", "import time,sys; print('{\"event\": \"tensor\", \"done_bytes\": 1, \"total_bytes\": 9}', file=sys.stderr, flush=True); time.sleep(60)"])
         assert await wait_for(pilot, lambda: run.running)

@@ -408,3 +408,25 @@ def test_an_engine_that_disagrees_with_itself_is_not_comparable():
             assert len(tokens) == 8 and self_consistent(base, "m", prompt, tokens) is consistent
     finally:
         server.shutdown()
+
+
+@needs_vllm
+def test_trim_validate_serve_chains_the_write_and_the_validation(tmp_path):
+    src = make_servable_llama(tmp_path / "llama", layers=4)
+    out = tmp_path / "chained"
+    proc = mxtrim("trim", str(src), "--mode", "dummy", "--keep", "0,3", "--out", str(out), "--json",
+                  "--validate", "--serve", "--python", VLLM_PYTHON, "--device", "cpu")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    doc = json.loads(proc.stdout)
+    assert doc["output"] == str(out) and rows(doc["validation"])["generation"]["status"] == "passed"
+    assert len(json.loads((out / "validation.json").read_text())["runs"]) == 1
+
+
+def test_serving_on_a_gpu_that_is_not_there_is_not_a_success(llama_outputs, tmp_path):
+    out = tmp_path / "no-gpu"
+    shutil.copytree(llama_outputs["dummy"], out)
+    proc = mxtrim("validate", str(out), "--serve", "--device", "cuda", "--json", "--python", VLLM_PYTHON or sys.executable)
+    doc = json.loads(proc.stdout)
+    assert proc.returncode == 1
+    assert rows(doc)["start-up"]["status"] == "unverified" and "no GPU visible" in rows(doc)["start-up"]["detail"]
+    assert doc["serve_command"] is None  # nothing was started

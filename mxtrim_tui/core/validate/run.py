@@ -134,9 +134,12 @@ def validate(out: Path, opts: ServeOptions, *, serve: bool, equivalence: bool = 
     for row in rows:
         v.rows.append(row)
         emit({"event": "check", **row.to_json()})
-    if not serve:
+    if opts.device_note:
+        v.environment["devices"] = opts.device_note
+    if not serve or opts.refused:
+        why = f"not run: {opts.refused}" if serve else "not run (validate --serve starts vllm serve)"
         for name in ("start-up", "generation"):
-            v.rows.append(Row(name, UNVERIFIED, "not run (validate --serve starts vllm serve)"))
+            v.rows.append(Row(name, UNVERIFIED, why))
         return v
     serve_rows(v, out, plan, opts, emit, equivalence)
     return v

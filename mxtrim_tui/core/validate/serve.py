@@ -28,6 +28,8 @@ class ServeOptions:
     python: str  # the interpreter of the environment that holds vLLM
     device: str = "auto"  # auto | cpu | cuda | maca
     gpus: str | None = None  # e.g. "0,1": CUDA_VISIBLE_DEVICES / MACA_VISIBLE_DEVICES
+    device_note: str = ""  # which devices, and why (devices.choose_devices)
+    refused: str | None = None  # no server may start: the devices are busy or absent
     tp: int = 1
     pp: int = 1
     max_model_len: int = 256

@@ -69,6 +69,7 @@ class RunScreen(WizardScreen):
     )
     BINDINGS = [
         Binding("v", "validate", "Validate", id="run.validate"),
+        Binding("c", "copy_command", "Copy command", id="run.copy"),
         Binding("escape", "cancel", "Cancel", id="run.cancel"),
         Binding("escape", "back", "Back", id="run.back", show=False),  # ^b Back is shown
         Binding("ctrl+s", "start", "Write", id="run.start"),
@@ -83,6 +84,7 @@ class RunScreen(WizardScreen):
         self._last_error = ""
         self.kind = "trim"
         self.validation = ValidationView()
+        self.serve_command = ""  # the command shown under the log (the README's, or the one validation ran)
 
     def compose(self) -> ComposeResult:
         yield from self.compose_header()
@@ -113,6 +115,8 @@ class RunScreen(WizardScreen):
             return self.running or self._starting
         if action == "validate":
             return not (self.running or self._starting) and self.app.state.last_output is not None
+        if action == "copy_command":
+            return bool(self.serve_command)
         if action == "back":
             return not (self.running or self._starting)
         return True
@@ -122,6 +126,17 @@ class RunScreen(WizardScreen):
 
     def action_start(self) -> None:
         self.app.start_run()
+
+    def _show_command(self, title: str, command: str) -> None:
+        self.serve_command = command
+        self.query_one("#run-serve", Static).update(Text(f"{title} (c copies it):\n{command}", style="cyan"))
+        self.refresh_bindings()
+
+    def action_copy_command(self) -> None:
+        if self.serve_command:
+            # OSC 52: the terminal puts it on the clipboard, over SSH too
+            self.app.copy_to_clipboard(self.serve_command)
+            self.notify("serve command copied to the clipboard (where the terminal allows it)", timeout=3)
 
     def action_validate(self) -> None:
         out = self.app.state.last_output
@@ -152,6 +167,7 @@ class RunScreen(WizardScreen):
         self.query_one("#run-progress", ProgressBar).update(total=None, progress=0)
         self.query_one("#run-stats", Static).update("")
         self.query_one("#run-serve", Static).update("")
+        self.serve_command = ""
         if kind != "validate":
             self.query_one("#run-validation", Static).update("")
         self.refresh_bindings()
@@ -253,7 +269,7 @@ class RunScreen(WizardScreen):
             self.validation.add(event)
             self.query_one("#run-validation", Static).update(self.validation.render())
         elif kind == "serve" and event.get("status") == "starting":
-            self.query_one("#run-serve", Static).update(Text("$ " + shlex.join(event.get("command", [])), style="cyan"))
+            self._show_command("the server validation started", shlex.join(event.get("command", [])))
             self._log(Text("[serve] starting", style="cyan"))
         elif kind == "serve":
             self._log(Text(f"[serve] {event.get('status')} ({event.get('signal') or 'exited'}, status {event.get('returncode')})", style="cyan"))
@@ -330,7 +346,7 @@ class RunScreen(WizardScreen):
         self._log(Text("done (exit 0)", style="bold green"))
         command = doc.get("serve_command")
         if command:
-            self.query_one("#run-serve", Static).update(Text("serve it with (also in README.md):\n" + command, style="cyan"))
+            self._show_command("serve it with (also in README.md; v validates it here)", command)
 
     def action_cancel(self) -> None:
         if not self.running:
