@@ -46,12 +46,12 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from mxtrim_tui.core.extract_script import SCRIPT_NAME, build_extraction  # noqa: E402
-from mxtrim_tui.core.inventory import build_inventory  # noqa: E402
-from mxtrim_tui.core.plan import Selection, build_plan  # noqa: E402
-from mxtrim_tui.core.source import open_source  # noqa: E402
+from mxtrim_tui.core.write.extract_script import SCRIPT_NAME, build_extraction  # noqa: E402
+from mxtrim_tui.core.model.inventory import build_inventory  # noqa: E402
+from mxtrim_tui.core.plan.build import Selection, build_plan  # noqa: E402
+from mxtrim_tui.core.read.source import open_source  # noqa: E402
 from mxtrim_tui.core.units import DEFAULT_MAX_SHARD_BYTES, human_bytes  # noqa: E402
-from mxtrim_tui.core.weights_writer import extraction_script  # noqa: E402
+from mxtrim_tui.core.write.weights_writer import extraction_script  # noqa: E402
 from mxtrim_tui.synth.checkpoint import write_checkpoint  # noqa: E402
 from mxtrim_tui.synth.layouts import all_layouts  # noqa: E402
 

@@ -23,10 +23,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.inventory import ensure_checkpoint  # noqa: E402
-from mxtrim_tui.core.inventory import build_inventory  # noqa: E402
-from mxtrim_tui.core.plan import build_plan  # noqa: E402
-from mxtrim_tui.core.source import open_source  # noqa: E402
-from mxtrim_tui.core.writer import write_dummy  # noqa: E402
+from mxtrim_tui.core.model.inventory import build_inventory  # noqa: E402
+from mxtrim_tui.core.plan.build import build_plan  # noqa: E402
+from mxtrim_tui.core.read.source import open_source  # noqa: E402
+from mxtrim_tui.core.write.writer import write_dummy  # noqa: E402
 
 
 def best_of(fn, repeat):

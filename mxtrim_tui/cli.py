@@ -121,12 +121,12 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def cmd_inspect(args) -> int:
-    from .core.inventory import build_inventory
-    from .core.source import open_source
+    from .core.model.inventory import build_inventory
+    from .core.read.source import open_source
 
     inv = build_inventory(open_source(args.source))
     if args.json:
-        from .core.inventory_json import inventory_to_json
+        from .core.model.inventory_json import inventory_to_json
 
         json.dump(inventory_to_json(inv, with_tensors=args.tensors), sys.stdout, indent=2)
         sys.stdout.write("\n")
@@ -140,9 +140,9 @@ def cmd_inspect(args) -> int:
 
 
 def _plan(args):
-    from .core.inventory import build_inventory
-    from .core.plan import Selection, build_plan
-    from .core.source import open_source
+    from .core.model.inventory import build_inventory
+    from .core.plan.build import Selection, build_plan
+    from .core.read.source import open_source
 
     inv = build_inventory(open_source(args.source))
     return build_plan(inv, Selection.parse(args.keep, args.mtp))
@@ -150,7 +150,7 @@ def _plan(args):
 
 def _serve_raw(args) -> dict[str, str]:
     """The serve settings given on the command line, as typed; malformed ones are usage errors."""
-    from .core.budget import BudgetInputs, parse_budget_inputs
+    from .core.plan.budget import BudgetInputs, parse_budget_inputs
 
     raw = {key: getattr(args, key) for key in SERVE_FLAGS.values() if getattr(args, key) is not None}
     _, errors = parse_budget_inputs(raw, BudgetInputs())
@@ -164,14 +164,14 @@ def _serve_inputs(plan, raw: dict[str, str]):
     """The serve settings (the report's defaults where not given), or None when none given."""
     if not raw:
         return None
-    from .core.budget import parse_budget_inputs
-    from .core.report import default_serve
+    from .core.plan.budget import parse_budget_inputs
+    from .core.write.report import default_serve
 
     return parse_budget_inputs(raw, default_serve(plan))[0]
 
 
 def _parallelism_errors(plan, serve) -> list[str]:
-    from .core.budget import check_parallelism
+    from .core.plan.budget import check_parallelism
 
     if serve is None:
         return []
@@ -183,7 +183,7 @@ def cmd_plan(args) -> int:
     plan = _plan(args)
     blocking = _parallelism_errors(plan, _serve_inputs(plan, raw))
     if args.json:
-        from .core.plan_json import plan_to_json
+        from .core.plan.plan_json import plan_to_json
 
         json.dump(plan_to_json(plan, with_tensors=args.tensors), sys.stdout, indent=2)
         sys.stdout.write("\n")
@@ -199,9 +199,9 @@ def cmd_plan(args) -> int:
 
 
 def cmd_trim(args) -> int:
-    from .core.plan_json import plan_to_json
-    from .core.report import serve_command
-    from .core.writer import default_output_dir, write_dummy
+    from .core.plan.plan_json import plan_to_json
+    from .core.write.report import serve_command
+    from .core.write.writer import default_output_dir, write_dummy
 
     raw = _serve_raw(args)
     plan = _plan(args)
@@ -222,7 +222,7 @@ def cmd_trim(args) -> int:
     if progress:
         progress({"event": "stage", "name": "plan", "status": "done", "kept": plan.kept, "output": str(out)})
     if args.mode == "weights":
-        from .core.weights_writer import write_weights
+        from .core.write.weights_writer import write_weights
 
         result = write_weights(plan, out, max_shard_bytes=args.max_shard_size, progress=progress, serve=serve)
     else:
@@ -306,7 +306,7 @@ def _serve_options(args, out: Path, plan_doc: dict):
 
     probe = None
     if args.device != "cpu":
-        from .core.gpu import probe_gpus
+        from .core.probe.gpu import probe_gpus
 
         probe = probe_gpus()
     serve = plan_doc.get("serve") or {}
@@ -402,7 +402,7 @@ def _terminate(signum, frame):
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .core.plan import SelectionError
+    from .core.plan.build import SelectionError
 
     signal.signal(signal.SIGTERM, _terminate)
     argv = sys.argv[1:] if argv is None else argv

@@ -9,8 +9,8 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from .core.inventory import Inventory
-from .core.source import FileKind
+from .core.model.inventory import Inventory
+from .core.read.source import FileKind
 from .core.units import human_bytes, index_ranges
 
 PALETTE = (
@@ -128,7 +128,7 @@ def render_inventory(inv: Inventory, console: Console) -> None:
 
 def render_plan(plan, console: Console) -> None:
     """The plan as `mxtrim plan` prints it."""
-    from .core.config_edit import short_value
+    from .core.plan.config_edit import short_value
 
     inv = plan.inventory
     auto = " (automatic covering set)" if plan.auto.get("text") else ""

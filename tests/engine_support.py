@@ -10,9 +10,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from mxtrim_tui.core.inventory import build_inventory
-from mxtrim_tui.core.plan import Selection, TrimPlan, build_plan
-from mxtrim_tui.core.source import INDEX_NAME, open_source
+from mxtrim_tui.core.model.inventory import build_inventory
+from mxtrim_tui.core.plan.build import Selection, TrimPlan, build_plan
+from mxtrim_tui.core.read.source import INDEX_NAME, open_source
 
 REPO = Path(__file__).resolve().parent.parent
 

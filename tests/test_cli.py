@@ -84,7 +84,7 @@ def test_engine_never_imports_textual_and_startup_stays_light():
     """The engine is headless (no Textual), and `inspect` pulls in neither torch nor
     transformers: they are imported lazily, where used."""
     code = (
-        "import sys, mxtrim_tui.core.inventory, mxtrim_tui.core.source, mxtrim_tui.core.inventory_json, mxtrim_tui.cli\n"
+        "import sys, mxtrim_tui.core.model.inventory, mxtrim_tui.core.read.source, mxtrim_tui.core.model.inventory_json, mxtrim_tui.cli\n"
         "import pkgutil, importlib, mxtrim_tui.core as c\n"
         "for m in pkgutil.walk_packages(c.__path__, 'mxtrim_tui.core.'): importlib.import_module(m.name)\n"
         "bad = [m for m in ('textual', 'torch', 'transformers') if m in sys.modules]\n"

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from mxtrim_tui.core.safetensors_io import read_header
+from mxtrim_tui.core.read.safetensors_io import read_header
 from mxtrim_tui.demo import build as demo_build
 from mxtrim_tui.demo import demo_model_path, ensure_demo_model
 

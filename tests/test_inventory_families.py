@@ -11,8 +11,8 @@ import json
 
 import pytest
 
-from mxtrim_tui.core.inventory import build_inventory
-from mxtrim_tui.core.source import open_source
+from mxtrim_tui.core.model.inventory import build_inventory
+from mxtrim_tui.core.read.source import open_source
 from mxtrim_tui.synth.checkpoint import write_checkpoint
 from mxtrim_tui.synth.layouts import all_layouts
 

@@ -10,7 +10,7 @@ import pytest
 
 from engine_support import run_cli
 from mxtrim_tui.core.units import human_bytes
-from mxtrim_tui.core.writer import OutputError, check_output_location, make_parent
+from mxtrim_tui.core.write.writer import OutputError, check_output_location, make_parent
 from mxtrim_tui.demo import build_demo
 
 

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from engine_support import plan_for, run_cli, tree_digest
-from mxtrim_tui.core.inventory import build_inventory, stack_config
-from mxtrim_tui.core.plan import Selection, SelectionError, build_plan, parse_keep_spec
-from mxtrim_tui.core.source import open_source
-from mxtrim_tui.core.budget import BudgetInputs
-from mxtrim_tui.core.writer import OutputError, default_output_dir, estimate_dummy_bytes, write_dummy
+from mxtrim_tui.core.model.inventory import build_inventory, stack_config
+from mxtrim_tui.core.plan.build import Selection, SelectionError, build_plan, parse_keep_spec
+from mxtrim_tui.core.read.source import open_source
+from mxtrim_tui.core.plan.budget import BudgetInputs
+from mxtrim_tui.core.write.writer import OutputError, default_output_dir, estimate_dummy_bytes, write_dummy
 from mxtrim_tui.synth.checkpoint import write_checkpoint
 from mxtrim_tui.synth.layouts import all_layouts
 
@@ -336,7 +336,7 @@ def test_failure_mid_write_leaves_nothing(tmp_path):
     root = write_checkpoint(tmp_path / "src", LAYOUTS["qwen3"](num_layers=2, hidden_size=256), data="sparse")
     os.symlink(tmp_path / "vanished", root / "merges.txt")  # a tokenizer asset that cannot be read
     src = open_source(root)
-    from mxtrim_tui.core.source import FileKind, SourceFile
+    from mxtrim_tui.core.read.source import FileKind, SourceFile
 
     src.files.append(SourceFile("merges.txt", FileKind.TOKENIZER, 0))
     plan = build_plan(build_inventory(src))

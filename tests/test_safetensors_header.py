@@ -11,7 +11,7 @@ from safetensors.numpy import save_file
 import numpy as np
 
 from mxtrim_tui.core.errors import SafetensorsFormatError
-from mxtrim_tui.core.safetensors_io import DTYPE_BITS, MAX_HEADER_SIZE, read_header
+from mxtrim_tui.core.read.safetensors_io import DTYPE_BITS, MAX_HEADER_SIZE, read_header
 
 
 def write_raw(path, header, data: bytes = b"", *, raw_json: bytes | None = None, length: int | None = None):
@@ -209,7 +209,7 @@ def test_fast_paths_accept_exactly_what_the_exact_path_accepts(tmp_path):
     (returned None); when they accept, they agree with it entry for entry."""
     import random
 
-    from mxtrim_tui.core.safetensors_io import _parse_canonical, _parse_exact, _parse_fast
+    from mxtrim_tui.core.read.safetensors_io import _parse_canonical, _parse_exact, _parse_fast
 
     rng = random.Random(1234)
     dtypes = list(DTYPE_BITS)
@@ -276,7 +276,7 @@ def test_canonical_path_defers_on_every_respelling(tmp_path):
     the split-based path must agree with the reference-rule path (same entries) or defer."""
     import random
 
-    from mxtrim_tui.core.safetensors_io import _parse_canonical, _parse_exact
+    from mxtrim_tui.core.read.safetensors_io import _parse_canonical, _parse_exact
 
     rng = random.Random(99)
     dtypes = list(DTYPE_BITS)

@@ -13,7 +13,7 @@ import re
 
 import pytest
 
-from mxtrim_tui.core.safetensors_io import read_header, tensor_nbytes
+from mxtrim_tui.core.read.safetensors_io import read_header, tensor_nbytes
 from mxtrim_tui.synth.checkpoint import plan_shards, write_checkpoint
 from mxtrim_tui.synth.layouts import deepseek, glm, qwen, qwen_next
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from mxtrim_tui.core.safetensors_io import read_header, tensor_nbytes
+from mxtrim_tui.core.read.safetensors_io import read_header, tensor_nbytes
 from mxtrim_tui.synth.checkpoint import Layout, write_checkpoint
 from mxtrim_tui.synth.layouts import gemma, gpt_oss, jamba, llama, mixtral, nemotron_h, qwen_vl
 

@@ -13,7 +13,7 @@ from fixtures.tiny_models import (  # noqa: E402
     prompt_ids,
 )
 
-from mxtrim_tui.core.safetensors_io import read_header  # noqa: E402
+from mxtrim_tui.core.read.safetensors_io import read_header  # noqa: E402
 
 MAKERS = {
     "llama": (make_tiny_llama, "LlamaForCausalLM"),

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from rich.text import Text
 
-from mxtrim_tui.core.gpu import GpuProbe
+from mxtrim_tui.core.probe.gpu import GpuProbe
 from mxtrim_tui.demo.build import build_demo
 from mxtrim_tui.synth.checkpoint import write_checkpoint
 from mxtrim_tui.synth.layouts import all_layouts
@@ -310,7 +310,7 @@ async def test_real_weight_run_shows_bytes_progress_and_verification(tmp_path):
 async def test_budget_with_a_gpu_reading(tmp_path):
     """The figures an H200 returned through NVML in this project's device check: the table
     lists the device and its process, and vLLM's budget arithmetic becomes available."""
-    from mxtrim_tui.core.gpu import GpuInfo, GpuProcess
+    from mxtrim_tui.core.probe.gpu import GpuInfo, GpuProcess
 
     h200 = GpuProbe(
         "nvidia", True, "",

@@ -12,7 +12,7 @@ import pytest
 from textual.widgets import DataTable, Input
 from textual.widgets._footer import FooterKey
 
-from mxtrim_tui.core.gpu import GpuProbe
+from mxtrim_tui.core.probe.gpu import GpuProbe
 from mxtrim_tui.demo.build import build_demo
 from mxtrim_tui.tui.app import MxtrimApp
 from tui_support import plain, settle, wait_for

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from mxtrim_tui.core.gpu import GpuProbe
+from mxtrim_tui.core.probe.gpu import GpuProbe
 from mxtrim_tui.demo.build import build_demo
 from mxtrim_tui.tui.app import MxtrimApp
 from mxtrim_tui.tui.screens.run import RunScreen

@@ -195,7 +195,7 @@ def test_validate_refuses_a_directory_not_written_by_mxtrim(tmp_path):
 @needs_vllm
 @pytest.mark.asyncio
 async def test_wizard_validates_after_a_write_streams_the_log_and_leaves_no_process(tmp_path, monkeypatch):
-    from mxtrim_tui.core.gpu import GpuProbe
+    from mxtrim_tui.core.probe.gpu import GpuProbe
     from mxtrim_tui.tui.app import MxtrimApp
     from tui_support import plain, settle, wait_for
 
@@ -361,9 +361,9 @@ def test_qwen2_mixed_sliding_is_warned_and_classified_as_configuration(tmp_path)
 
 def test_qwen3_moe_saved_by_transformers_5_keeps_its_moe_layers(tmp_path):
     """transformers 5 writes the expert count as num_local_experts: still MoE layers."""
-    from mxtrim_tui.core.inventory import build_inventory
-    from mxtrim_tui.core.plan import Selection, build_plan
-    from mxtrim_tui.core.source import open_source
+    from mxtrim_tui.core.model.inventory import build_inventory
+    from mxtrim_tui.core.plan.build import Selection, build_plan
+    from mxtrim_tui.core.read.source import open_source
 
     src = tm.make_servable_qwen3_moe(tmp_path / "q", experts_key="num_local_experts")
     plan = build_plan(build_inventory(open_source(src)), Selection.parse(None, None))

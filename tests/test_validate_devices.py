@@ -3,7 +3,7 @@ uses. The probes are the figures an 8-GPU box returns (two devices busy)."""
 
 from __future__ import annotations
 
-from mxtrim_tui.core.gpu import GpuInfo, GpuProbe, GpuProcess
+from mxtrim_tui.core.probe.gpu import GpuInfo, GpuProbe, GpuProcess
 from mxtrim_tui.core.validate.devices import choose_devices
 
 H200 = 150754820096

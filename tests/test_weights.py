@@ -20,14 +20,14 @@ import psutil
 import pytest
 
 from engine_support import REPO, cli_argv, plan_for, run_cli, tree_digest
-from mxtrim_tui.core import disk_budget
-from mxtrim_tui.core.disk_budget import check_free_space, estimate_output
-from mxtrim_tui.core.extract_script import SCRIPT_NAME, build_extraction
-from mxtrim_tui.core.source import INDEX_NAME, open_source
-from mxtrim_tui.core.structure_check import CHECKED, NOT_CHECKED, PARTIAL, check_structure
+from mxtrim_tui.core.plan import disk_budget
+from mxtrim_tui.core.plan.disk_budget import check_free_space, estimate_output
+from mxtrim_tui.core.write.extract_script import SCRIPT_NAME, build_extraction
+from mxtrim_tui.core.read.source import INDEX_NAME, open_source
+from mxtrim_tui.core.write.structure_check import CHECKED, NOT_CHECKED, PARTIAL, check_structure
 from mxtrim_tui.core.units import DEFAULT_MAX_SHARD_BYTES
-from mxtrim_tui.core.weights_writer import AccountingError, Cancelled, check_accounting, extraction_script, write_weights
-from mxtrim_tui.core.writer import OutputError, write_dummy
+from mxtrim_tui.core.write.weights_writer import AccountingError, Cancelled, check_accounting, extraction_script, write_weights
+from mxtrim_tui.core.write.writer import OutputError, write_dummy
 from mxtrim_tui.synth.checkpoint import write_checkpoint
 from mxtrim_tui.synth.layouts import all_layouts
 

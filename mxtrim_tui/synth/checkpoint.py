@@ -7,7 +7,7 @@ import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..core.safetensors_io import build_header_bytes, tensor_nbytes
+from ..core.read.safetensors_io import build_header_bytes, tensor_nbytes
 
 TensorSpec = tuple[str, str, tuple[int, ...]]
 

@@ -24,7 +24,7 @@ from textual.containers import Vertical
 from textual.worker import Worker, WorkerState
 
 from ..core.errors import InputError
-from ..core.gpu import probe_gpus
+from ..core.probe.gpu import probe_gpus
 from .screens.base import STEPS, HelpScreen, WizardScreen
 from .screens.budget import BudgetScreen
 from .screens.inventory import InventoryScreen
@@ -198,10 +198,10 @@ class MxtrimApp(App):
 
     @work(thread=True, exclusive=True, group="load", exit_on_error=False)
     def _load(self, path: Path):
-        from ..core.inventory import build_inventory
-        from ..core.source import open_source
+        from ..core.model.inventory import build_inventory
+        from ..core.read.source import open_source
 
-        from ..core.plan import Selection, build_plan
+        from ..core.plan.build import Selection, build_plan
 
         inv = build_inventory(open_source(path))
         # the automatic selection straight away: every later step has a plan to show

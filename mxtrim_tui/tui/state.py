@@ -6,9 +6,9 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..core.budget import BudgetInputs
-from ..core.inventory import Inventory
-from ..core.plan import Selection, TrimPlan
+from ..core.plan.budget import BudgetInputs
+from ..core.model.inventory import Inventory
+from ..core.plan.build import Selection, TrimPlan
 
 
 @dataclass
@@ -42,7 +42,7 @@ class WizardState:
             return Path(os.path.abspath(path if path.is_absolute() else self.workspace / path))
         if self.plan is None:
             return None
-        from ..core.writer import default_output_dir
+        from ..core.write.writer import default_output_dir
 
         return default_output_dir(self.plan, Path(os.path.abspath(self.workspace)), self.mode)
 
@@ -53,7 +53,7 @@ class WizardState:
     def disk_estimate(self):
         """The exact real-weight output size of the current plan, computed once per plan
         (the output screen asks on every keystroke in the path field)."""
-        from ..core.disk_budget import estimate_output
+        from ..core.plan.disk_budget import estimate_output
 
         if self.plan is None:
             return None

@@ -11,8 +11,8 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import DataTable, Input, Label, Static
 
-from ...core.budget import check_parallelism, compute_budget, parse_budget_inputs
-from ...core.report import default_serve
+from ...core.plan.budget import check_parallelism, compute_budget, parse_budget_inputs
+from ...core.write.report import default_serve
 from ...core.units import human_bytes
 from .base import WizardScreen
 
@@ -36,7 +36,7 @@ def output_bytes(state) -> int:
     plan = state.plan
     if state.mode == "weights" and plan.inventory.source.shards:
         return state.disk_estimate().total
-    from ...core.writer import estimate_dummy_bytes
+    from ...core.write.writer import estimate_dummy_bytes
 
     serve = state.budget_inputs if state.budget_chosen else None
     out = state.output_path
@@ -129,7 +129,7 @@ class BudgetScreen(WizardScreen):
     def _show_disk(self) -> None:
         """The output's exact size against the free space where it goes (follows the serve
         settings too: they are spelled out in the README)."""
-        from ...core.disk_budget import existing_ancestor  # psutil and the extraction planner: when first needed
+        from ...core.plan.disk_budget import existing_ancestor  # psutil and the extraction planner: when first needed
 
         st = self.app.state
         probe_dir = existing_ancestor(st.output_path)

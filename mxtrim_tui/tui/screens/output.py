@@ -12,7 +12,7 @@ from textual.widgets import Input, Label, RadioButton, RadioSet, Static
 
 from ...core.errors import InputError
 from ...core.units import human_bytes
-from ...core.writer import asset_files, check_output_location
+from ...core.write.writer import asset_files, check_output_location
 from .base import WizardScreen
 from .budget import output_bytes
 
@@ -96,7 +96,7 @@ class OutputScreen(WizardScreen):
         assets = [f.path for f in asset_files(plan)]
         t.add_row("files", ", ".join(files + assets[:6]) + (f" +{len(assets) - 6}" if len(assets) > 6 else ""))
         if st.mode == "weights":
-            from ...core.disk_budget import check_free_space
+            from ...core.plan.disk_budget import check_free_space
 
             t.add_row("weights", f"{len(plan.renames):,} tensors copied byte-exact, extract_weights.py, manifest.json")
             if plan.inventory.source.shards and not plan.errors:

@@ -11,8 +11,8 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.widgets import DataTable, Input, Static, TabbedContent, TabPane
 
-from ...core.config_edit import short_value
-from ...core.plan import SelectionError, build_plan, parse_keep_spec
+from ...core.plan.config_edit import short_value
+from ...core.plan.build import SelectionError, build_plan, parse_keep_spec
 from ...core.units import human_bytes, index_ranges
 from ...render import group_style
 from .base import WizardScreen

@@ -15,7 +15,7 @@ from textual.suggester import Suggester
 from textual.widgets import DirectoryTree, Input, Label, OptionList, Static
 from textual.widgets.option_list import Option
 
-from ...core.source import FileKind
+from ...core.read.source import FileKind
 from ...core.units import human_bytes
 from ..settings import load_recent
 from .base import WizardScreen

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import psutil
 
-from .extract_script import HEAD, LAYER, MTP, OTHER, Extraction, build_extraction
-from .plan import TrimPlan
-from .units import DEFAULT_MAX_SHARD_BYTES, human_bytes
-from .writer import asset_files, json_text
+from ..write.extract_script import HEAD, LAYER, MTP, OTHER, Extraction, build_extraction
+from .build import TrimPlan
+from ..units import DEFAULT_MAX_SHARD_BYTES, human_bytes
+from ..write.writer import asset_files, json_text
 
 GiB = 1 << 30
 MARGIN_MIN = 1 * GiB  # never fill a filesystem to the last byte...

@@ -15,12 +15,12 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import InputError
-from .plan import CONFIG, TrimPlan
-from .plan_json import plan_to_json
+from ..errors import InputError
+from ..plan.build import CONFIG, TrimPlan
+from ..plan.plan_json import plan_to_json
 from .report import render_report, serve_settings
-from .source import FileKind
-from .units import human_bytes
+from ..read.source import FileKind
+from ..units import human_bytes
 
 DEFAULT_MODELS_DIR = Path("tools") / "batched_test" / "models"
 # What a dummy directory needs besides the rewritten config (seed: "Generate the output directory").

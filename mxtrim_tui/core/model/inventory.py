@@ -37,8 +37,8 @@ from .families.base import (
     first_int,
 )
 from .quant import Quantization, detect_quantization
-from .source import ModelSource, gc_paused
-from .units import index_ranges
+from ..read.source import ModelSource, gc_paused
+from ..units import index_ranges
 
 
 # ---------------------------------------------------------------------------------------

@@ -28,9 +28,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .inventory import SCALE_SUFFIXES
-from .plan import TrimPlan
-from .source import ModelSource, open_source
+from ..model.inventory import SCALE_SUFFIXES
+from ..plan.build import TrimPlan
+from ..read.source import ModelSource, open_source
 
 CHECKED = "checked"
 PARTIAL = "partially checked"

@@ -3,7 +3,7 @@
 A :class:`Family` says, as data, where a model's stacks of numbered layers live in the
 checkpoint and in the config, how MTP / draft heads are named, and which small rules turn
 (config, layer index) into the kind of layer the runtime builds. The generic engine
-(:mod:`mxtrim_tui.core.inventory`) applies them; it knows no family by name.
+(:mod:`mxtrim_tui.core.model.inventory`) applies them; it knows no family by name.
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ class Family:
     checks: tuple[Callable[[dict], list[str]], ...] = field(default_factory=tuple)
     notes: tuple[str, ...] = ()
     # --- trimming knowledge ---
-    # Rewrite hooks run on a TrimContext (see core/plan.py) after the generic per-layer
+    # Rewrite hooks run on a TrimContext (see core/plan/build.py) after the generic per-layer
     # list / index-list handling: recompute scalar rules, write explicit patterns.
     trim: tuple[Callable, ...] = ()
     # Dense layers must precede MoE layers (``first_k_dense_replace``-style rules).
@@ -161,7 +161,7 @@ def deepseek_moe_mlp(cfg: dict, idx: int) -> str:
 
 
 # --- trimming hooks shared by several families ------------------------------------------
-# Each hook takes the plan's TrimContext (core/plan.py): ctx.kept (original indices),
+# Each hook takes the plan's TrimContext (core/plan/build.py): ctx.kept (original indices),
 # ctx.kinds (their LayerKinds), ctx.get(field), ctx.set(field, value, reason), ctx.error/warn.
 ATTENTION_TO_LAYER_TYPE = {
     FULL: "full_attention",

@@ -8,13 +8,13 @@ import shlex
 from datetime import datetime, timezone
 from pathlib import Path
 
-from .config_edit import MISSING, short_value
-from .environment import environment
-from .families.base import DSA_FULL, DSA_SHARED
-from .budget import BudgetInputs
-from .plan import TrimPlan
-from .source import FileKind
-from .units import human_bytes
+from ..plan.config_edit import MISSING, short_value
+from ..probe.environment import environment
+from ..model.families.base import DSA_FULL, DSA_SHARED
+from ..plan.budget import BudgetInputs
+from ..plan.build import TrimPlan
+from ..read.source import FileKind
+from ..units import human_bytes
 
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.8
 

@@ -19,7 +19,7 @@ from operator import getitem, itemgetter, mul, sub
 from pathlib import Path
 from typing import NamedTuple
 
-from .errors import SafetensorsFormatError
+from ..errors import SafetensorsFormatError
 
 # Bit width of every dtype the format defines, in the format's own order.
 DTYPE_BITS: dict[str, int] = {

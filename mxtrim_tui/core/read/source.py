@@ -20,7 +20,7 @@ from enum import Enum
 from operator import attrgetter
 from pathlib import Path, PurePosixPath
 
-from .errors import IndexConsistencyError, InputError
+from ..errors import IndexConsistencyError, InputError
 from .safetensors_io import JSON_WHITESPACE, SafetensorsHeader, TensorInfo, read_header
 
 INDEX_NAME = "model.safetensors.index.json"

@@ -37,7 +37,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
-from .disk_budget import DiskEstimate, check_free_space, estimate_from_extraction
+from ..plan.disk_budget import DiskEstimate, check_free_space, estimate_from_extraction
 from .extract_script import (
     SCRIPT_NAME,
     Extraction,
@@ -45,12 +45,12 @@ from .extract_script import (
     render_script,
     source_header_digests,
 )
-from .plan import TrimPlan
+from ..plan.build import TrimPlan
 from .report import render_report
-from .safetensors_io import read_header
-from .source import INDEX_NAME, ModelSource, open_source
+from ..read.safetensors_io import read_header
+from ..read.source import INDEX_NAME, ModelSource, open_source
 from .structure_check import StructureResult, check_structure, not_checked
-from .units import DEFAULT_MAX_SHARD_BYTES
+from ..units import DEFAULT_MAX_SHARD_BYTES
 from .writer import (
     PLAN_NAME,
     README_NAME,

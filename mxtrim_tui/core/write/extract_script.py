@@ -27,9 +27,9 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
-from .plan import TrimPlan
-from .safetensors_io import build_header_bytes
-from .source import INDEX_NAME, ModelSource
+from ..plan.build import TrimPlan
+from ..read.safetensors_io import build_header_bytes
+from ..read.source import INDEX_NAME, ModelSource
 
 SCRIPT_NAME = "extract_weights.py"
 PAGE = 4096

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from .plan import TrimPlan
+from .build import TrimPlan
 
 SCHEMA = "mxtrim.plan/1"
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from .source import ModelSource
+from ..read.source import ModelSource
 
 # Keys whose values name modules (lists of names/patterns, or dicts keyed by name/pattern).
 MODULE_LIST_KEYS = ("ignore", "ignored_layers", "modules_to_not_convert", "exclude_modules", "exclude")

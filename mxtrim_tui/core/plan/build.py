@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from .config_edit import MISSING, ConfigEdit, apply_edits, get_path
-from .families.base import DENSE, DSA_FULL, DSA_SHARED, HASH_MOE, MOE, Stack, first_int, require_moe
-from .inventory import Inventory, LayerKind, stack_config
-from .units import human_bytes, index_ranges
+from ..model.families.base import DENSE, DSA_FULL, DSA_SHARED, HASH_MOE, MOE, Stack, first_int, require_moe
+from ..model.inventory import Inventory, LayerKind, stack_config
+from ..units import human_bytes, index_ranges
 
 CONFIG = "config.json"
 

@@ -19,8 +19,8 @@ import math
 import re
 from dataclasses import dataclass, field, replace
 
-from .families.base import CHUNKED, DSA_FULL, DSA_SHARED, FULL, KV_SHARED, LINEAR, MAMBA, MLA, NOPE_GLOBAL, SLIDING, first_int
-from .plan import TrimPlan
+from ..model.families.base import CHUNKED, DSA_FULL, DSA_SHARED, FULL, KV_SHARED, LINEAR, MAMBA, MLA, NOPE_GLOBAL, SLIDING, first_int
+from .build import TrimPlan
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,1 @@
+"""The machine: GPU occupancy (NVML / pymxml) and the Python environment seen."""
