@@ -33,8 +33,19 @@ def demo():
     return build_demo(FIXTURES / "models" / "mxtrim-demo-moe")
 
 
+def pinned_environment() -> dict:
+    """The report's "environment seen" lists this checkout's interpreter and package paths; the
+    output and budget screens show the exact size of that report, so pin what it lists."""
+    from mxtrim_tui.core.probe.environment import DISTRIBUTIONS, PackageInfo
+
+    packages = {m: PackageInfo(m, "1.0", f"/opt/env/site-packages/{m}/__init__.py") for m in DISTRIBUTIONS}
+    return {"python": "3.11.7 (/opt/env/bin/python)", "platform": "Linux-x86_64", "packages": packages}
+
+
 @pytest.fixture
 def make_app(demo, monkeypatch):
+    monkeypatch.setattr("mxtrim_tui.core.write.report.environment", pinned_environment)
+
     def make():
         config = FIXTURES / "config"
         shutil.rmtree(config, ignore_errors=True)

@@ -144,11 +144,26 @@ def render_report(
     """``weights`` (real-weight mode): what the weights writer established — ``integrity``,
     ``structure`` (a StructureResult), ``copy_method``, ``script``, ``manifest``. ``serve``:
     the serve settings chosen (None: the command's defaults, TP as a shell variable)."""
+    lines: list[str] = []
+    add = lines.append
+    _summary_section(add, plan, mode, weights)
+    _mapping_and_coverage_sections(add, plan)
+    _config_section(add, plan)
+    if weights:
+        _weights_sections(add, weights)
+    _files_section(lines, plan, mode, files, not_copied)
+    _environment_section(add)
+    _serve_section(add, plan, out_dir, mode, serve)
+    _validation_section(add, out_dir, weights)
+    _warnings_section(add, plan)
+    return "\n".join(lines)
+
+
+def _summary_section(add, plan: TrimPlan, mode: str, weights: dict | None) -> None:
+    """Title, the table of what was trimmed, and what the mode means."""
     inv = plan.inventory
     src = inv.source
     n = plan.new_depth
-    lines: list[str] = []
-    add = lines.append
     title_mode = "dummy (config + tokenizer, no weights)" if mode == "dummy" else "real weights"
     add(f"# {inv.model_name} — {n}-layer {mode} trim")
     add("")
@@ -187,6 +202,9 @@ def render_report(
         )
         add("")
 
+
+def _mapping_and_coverage_sections(add, plan: TrimPlan) -> None:
+    """Old → new layers, and which request exercises each kept kind."""
     add("## Layer mapping (new ← original)")
     add("")
     add("| submodel | new | original | stored as | kind | group |")
@@ -211,6 +229,9 @@ def render_report(
             add(f"- {c.submodel}: {c.kind} — {c.available} layer(s), {human_bytes(c.bytes_dropped)} of stored tensors")
         add("")
 
+
+def _config_section(add, plan: TrimPlan) -> None:
+    """Every field the plan changed, with the reason."""
     add("## Configuration changes")
     add("")
     if plan.edits:
@@ -224,27 +245,31 @@ def render_report(
     add("Width, expert counts, head/LoRA dimensions and quantization are unchanged; only depth was reduced. "
         "Every other field of the source configuration is preserved as it was, in its original order.")
     add("")
-    if weights:
-        _weights_sections(add, weights)
 
-    add("## Files")
-    add("")
-    add("| file | kind | bytes | from |")
-    add("| --- | --- | ---: | --- |")
+
+def _files_section(lines: list[str], plan: TrimPlan, mode: str, files: list[dict], not_copied: list[dict]) -> None:
+    """What the output holds, and what of the source it does not."""
+    lines.append("## Files")
+    lines.append("")
+    lines.append("| file | kind | bytes | from |")
+    lines.append("| --- | --- | ---: | --- |")
     for f in files:
         origin = f["from"]
-        add(f"| `{f['path']}` | {f['kind']} | {f['bytes']:,} | {origin} |")
-    add("")
+        lines.append(f"| `{f['path']}` | {f['kind']} | {f['bytes']:,} | {origin} |")
+    lines.append("")
     if mode == "dummy":
-        add("No weight shards and no `model.safetensors.index.json`: an index that names absent shards would only "
+        lines.append("No weight shards and no `model.safetensors.index.json`: an index that names absent shards would only "
             "mislead loaders, and no configuration consumer here needs one.")
-        add("")
+        lines.append("")
     if not_copied:
-        add("Not copied from the source:")
-        add("")
+        lines.append("Not copied from the source:")
+        lines.append("")
         lines += _not_copied_lines(plan, mode, not_copied)
-        add("")
+        lines.append("")
 
+
+def _environment_section(add) -> None:
+    """Versions and import origins of the environment that wrote the output."""
     add("## Environment seen")
     add("")
     env = environment()
@@ -254,13 +279,16 @@ def render_report(
         add(f"- {name}: {info.version or 'not installed'}{where}")
     add("")
 
+
+def _serve_section(add, plan: TrimPlan, out_dir: Path, mode: str, serve: BudgetInputs | None) -> None:
+    """The vllm serve command for this output."""
     add("## Serve")
     add("")
     add("```bash")
     add(serve_command(plan, out_dir, mode, serve))
     add("```")
     add("")
-    if plan.mtp_kept and mtp is not None:
+    if plan.mtp_kept and "mtp" in plan.inventory.submodels:
         add("MTP runs only with speculative decoding: add "
             "`--speculative-config '{\"method\":\"mtp\",\"num_speculative_tokens\":1}'`.")
         add("")
@@ -268,6 +296,9 @@ def render_report(
         "several decode steps (`max_tokens` ≥ 8) to cover prefill and decode.")
     add("")
 
+
+def _validation_section(add, out_dir: Path, weights: dict | None) -> None:
+    """What was checked at write time; every vLLM check unverified until `mxtrim validate` runs it."""
     add("## Validation")
     add("")
     add("| check | status |")
@@ -289,14 +320,20 @@ def render_report(
     else:
         add("Nothing above has been executed yet: every check is **unverified** until it is run.")
     add("")
+    add(f"`mxtrim validate {shlex.quote(str(out_dir))} --serve --python PATH/TO/VLLM/ENV/python` runs them "
+        "(offline loads, then a real `vllm serve` with requests) and rewrites this section with the results; "
+        "`validation.json` keeps every run.")
+    add("")
 
+
+def _warnings_section(add, plan: TrimPlan) -> None:
+    """The plan's warnings."""
     if plan.issues:
         add("## Warnings")
         add("")
         for i in plan.issues:
             add(f"- {i.message}" + (f" — {i.fix}" if i.fix else ""))
         add("")
-    return "\n".join(lines)
 
 
 def _weights_sections(add, weights: dict) -> None:
