@@ -55,14 +55,13 @@ def check_keymap(path: Path, scopes: dict[str, list[Binding]]) -> KeymapCheck:
         result.problems.append(f"{path}: must be an object of binding id → keys, e.g. {{\"selection.toggle\": \"x\"}}; default keys used")
         return result
 
-    scope_of = {b.id: scope for scope, bindings in scopes.items() for b in bindings if b.id}
+    # every binding under a name of its own (its id, else scope#position)
+    named = {scope: {b.id or f"{scope}#{n}": b for n, b in enumerate(bs)} for scope, bs in scopes.items()}
+    scope_of = {name: scope for scope, bs in named.items() for name, b in bs.items() if b.id}
     # the keys each binding answers to now, updated as entries are accepted
-    current: dict[str, list[str]] = {}
-    for scope, bindings in scopes.items():
-        for n, b in enumerate(bindings):
-            current[b.id or f"{scope}#{n}"] = _keys(b.key)
-    description = {b.id or f"{s}#{n}": (b.description or b.action) for s, bs in scopes.items() for n, b in enumerate(bs)}
-    ids_in = {scope: [b.id or f"{scope}#{n}" for n, b in enumerate(bs)] for scope, bs in scopes.items()}
+    current = {name: _keys(b.key) for bs in named.values() for name, b in bs.items()}
+    description = {name: b.description or b.action for bs in named.values() for name, b in bs.items()}
+    ids_in = {scope: list(bs) for scope, bs in named.items()}
 
     for binding_id, keys in doc.items():
         if binding_id not in scope_of:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import platform
 import sys
 from dataclasses import dataclass
+from functools import cache
 
 from ..validate.offline_probe import PACKAGES as DISTRIBUTIONS
 from ..validate.offline_probe import package
@@ -24,7 +25,10 @@ def package_info(module: str) -> PackageInfo:
     return PackageInfo(module, found["version"], found["origin"])
 
 
+@cache
 def environment() -> dict:
+    """Constant for the process: read once (the wizard renders the report on every keystroke
+    in the output path to show its exact size)."""
     return {
         "python": f"{platform.python_version()} ({sys.executable})",
         "platform": platform.platform(),

@@ -16,7 +16,7 @@ from pathlib import Path
 from ..errors import InputError
 from . import requests as rq
 from .classify import classify
-from .serve import ServeOptions, Server, free_port, serve_argv, serve_env
+from .serve import ServeOptions, Server, free_port, output_text_config, serve_argv, serve_env
 
 PROBE = Path(__file__).with_name("offline_probe.py")
 PASSED, FAILED, UNVERIFIED, NOT_APPLICABLE = "passed", "failed", "unverified", "not applicable"
@@ -200,20 +200,11 @@ def generation_rows(v: Validation, out: Path, base: str, server: Server, emit) -
     emit({"event": "check", **v.rows[-1].to_json()})
 
 
-def _text_config(out: Path) -> dict:
-    try:
-        cfg = json.loads((out / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    text = cfg.get("text_config")
-    return text if isinstance(text, dict) else cfg
-
-
 def long_input_length(out: Path, plan: dict) -> tuple[int | None, str]:
     """How long a prompt must be to reach a kept path that only long inputs take (past the
     sliding window, past the sparse indexer's top-k), and which one; (None, "") when no kept
     path needs one."""
-    cfg = _text_config(out)
+    cfg = output_text_config(out)
     kinds = " ".join(str(c.get("kind", "")) for c in plan.get("coverage", []) if c.get("kept"))
     for key, kind_word, label in (("sliding_window", "sliding", "the sliding window"), ("index_topk", "dsa", "the indexer's top-k")):
         value = cfg.get(key)

@@ -86,16 +86,21 @@ def serve_argv(out_dir: Path, mode: str, opts: ServeOptions, port: int) -> list[
     return argv + list(opts.extra_args)
 
 
+def output_text_config(out_dir: Path) -> dict:
+    """The output's text configuration (``text_config`` of a multimodal config), or {}."""
+    try:
+        cfg = json.loads((out_dir / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    text = cfg.get("text_config")
+    return text if isinstance(text, dict) else cfg
+
+
 def cpu_attention_backend(out_dir: Path) -> str | None:
     """MLA on the CPU build: on hosts with AMX, vLLM picks an AMX MLA backend that accepts only
     16-bit or int8 weights and fails on float32 ("expect weight to be bfloat16, ..."); its
     generic CPU_MLA backend runs float32 on any x86 host."""
-    try:
-        cfg = json.loads((out_dir / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
-    return "CPU_MLA" if isinstance(text.get("kv_lora_rank"), int) else None
+    return "CPU_MLA" if isinstance(output_text_config(out_dir).get("kv_lora_rank"), int) else None
 
 
 def serve_env(opts: ServeOptions) -> dict[str, str]:

@@ -61,24 +61,19 @@ def default_serve(plan: TrimPlan) -> BudgetInputs:
 
 
 def _serve_args(plan: TrimPlan, serve: BudgetInputs | None) -> list[str]:
-    """The parallelism and memory flags: shell variables with defaults, or ``serve``'s values."""
-    if serve is None:
-        length = _max_model_len(plan)
-        return [
-            "--tensor-parallel-size", "${TP:-1}",
-            "--max-model-len", str(length),
-            "--max-num-seqs", "1",
-            "--max-num-batched-tokens", str(length),
-            "--gpu-memory-utilization", f"${{GPU_MEMORY_UTILIZATION:-{DEFAULT_GPU_MEMORY_UTILIZATION}}}",
-        ]
-    args = ["--tensor-parallel-size", str(serve.tp)]
-    if serve.pp > 1:
-        args += ["--pipeline-parallel-size", str(serve.pp)]
+    """The parallelism and memory flags: ``serve``'s values, else the defaults with TP and the
+    utilisation left as shell variables."""
+    s = serve or default_serve(plan)
+    tp = str(s.tp) if serve else "${TP:-1}"
+    utilization = f"{s.gpu_memory_utilization:g}" if serve else f"${{GPU_MEMORY_UTILIZATION:-{DEFAULT_GPU_MEMORY_UTILIZATION}}}"
+    args = ["--tensor-parallel-size", tp]
+    if s.pp > 1:
+        args += ["--pipeline-parallel-size", str(s.pp)]
     return args + [
-        "--max-model-len", str(serve.max_model_len),
-        "--max-num-seqs", str(serve.max_num_seqs),
-        "--max-num-batched-tokens", str(max(serve.max_model_len, serve.max_num_batched_tokens or 0)),
-        "--gpu-memory-utilization", f"{serve.gpu_memory_utilization:g}",
+        "--max-model-len", str(s.max_model_len),
+        "--max-num-seqs", str(s.max_num_seqs),
+        "--max-num-batched-tokens", str(max(s.max_model_len, s.max_num_batched_tokens or 0)),
+        "--gpu-memory-utilization", utilization,
     ]
 
 

@@ -158,9 +158,7 @@ def json_text(doc: dict) -> str:
 
 
 def write_json(path: Path, doc: dict) -> int:
-    text = json_text(doc)
-    path.write_text(text, encoding="utf-8")
-    return len(text.encode("utf-8"))
+    return write_text(path, json_text(doc))
 
 
 def temp_sibling(out: Path) -> Path:

@@ -172,7 +172,6 @@ class SelectionScreen(WizardScreen):
 
     def action_auto(self) -> None:
         self.app.state.keep = {}
-        self.query_one("#spec", Input).value = ""  # a spec typed earlier no longer applies
         self.replan()
 
     def action_toggle_mtp(self) -> None:
