@@ -365,9 +365,17 @@ async def test_counts_agree_with_what_is_listed_and_written(tmp_path, demo):
 # --- 9. 80x24: numbers first, nothing clipped beyond reach, Help on every footer -------------
 @pytest.mark.asyncio
 async def test_80x24_numbers_visible_summary_scrolls_help_in_footer(tmp_path, demo):
+    # a recent source whose path is far wider than the Recent pane
+    deep = tmp_path / ("a-rather-long-directory-name-" * 3) / "models" / "Some-Model-Name-Instruct"
+    deep.mkdir(parents=True)
+    (tmp_path / "config" / "mxtrim").mkdir(parents=True)
+    (tmp_path / "config" / "mxtrim" / "recent.json").write_text(json.dumps([str(deep)]))
     app, ws = make_app(tmp_path, demo)
     async with app.run_test(size=SIZE) as pilot:
         await loaded(app, pilot)
+        recent = app.screen.query_one("#recent")
+        assert recent.virtual_size.height == 1  # one line, not wrapped mid-word
+        assert str(recent.get_option_at_index(0).prompt).startswith("Some-Model-Name-Instruct")  # name first
         for step in ("source", "inventory", "selection", "budget", "output", "run"):
             await goto(app, pilot, step)
             await pilot.pause(0.3)  # the footer recomposes for the new screen
