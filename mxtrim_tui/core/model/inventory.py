@@ -361,31 +361,37 @@ def tensor_kinds(rests: list[str], shapes: list[tuple[int, ...]], expert_ids: se
             has.add("mamba")
         elif head == "eh_proj":
             has.add("mtp head")
-    if "linear" in has:
-        att = LINEAR
-    elif "mamba" in has:
-        att = MAMBA
-    elif "mla" in has:
-        att = DSA_FULL if "indexer" in has else MLA
-    elif "q" in has and "kv" not in has and "qkv bias" not in has and "attn" in has:
-        att = KV_SHARED
-    elif "attn" in has or "kv" in has:
-        att = FULL
-    else:
-        att = NO_ATTENTION
-    if "hash" in has:
-        mlp = HASH_MOE
-    elif "moe" in has:
-        mlp = MOE
-    elif "dense" in has:
-        mlp = DENSE
-    else:
-        mlp = NO_MLP
     n_exp = len(experts) if experts else fused_experts
     special = tuple(
         s for s in ("shared expert", "router bias", "indexer", "qk-norm", "attention sinks", "qkv bias", "mtp head") if s in has
     )
-    return att, mlp, n_exp, special
+    return _attention_class(has), _mlp_class(has), n_exp, special
+
+
+def _attention_class(has: set[str]) -> str:
+    """The attention class the module features found in one layer's names point to."""
+    if "linear" in has:
+        return LINEAR
+    if "mamba" in has:
+        return MAMBA
+    if "mla" in has:
+        return DSA_FULL if "indexer" in has else MLA
+    if "q" in has and "kv" not in has and "qkv bias" not in has and "attn" in has:
+        return KV_SHARED
+    if "attn" in has or "kv" in has:
+        return FULL
+    return NO_ATTENTION
+
+
+def _mlp_class(has: set[str]) -> str:
+    """The MLP class the module features found in one layer's names point to."""
+    if "hash" in has:
+        return HASH_MOE
+    if "moe" in has:
+        return MOE
+    if "dense" in has:
+        return DENSE
+    return NO_MLP
 
 
 # Which tensor-derived attention classes fit which runtime kinds.
@@ -446,7 +452,53 @@ def _build_inventory(source: ModelSource) -> Inventory:
     quant = detect_quantization(source)
     quantized = quant is not None
 
-    # --- one regex that splits every layer tensor into (prefix, index, rest)
+    prefix_owner, mtp_prefixes, all_prefixes, splitter = _layer_splitter(source, fam, stacks, mtp_n)
+    submodels, depth, st_cfg = _declared_submodels(source, fam, config, stacks, mtp_n)
+    stack_of = {st.submodel: st for st in stacks}
+
+    text_depth = depth.get("text")
+    absolute_mtp = fam.mtp is not None and fam.mtp.style == "absolute" and text_depth is not None
+    sub_of_prefix = {p: ("mtp" if p in mtp_prefixes else prefix_owner[p].submodel) for p in all_prefixes}
+    layer_tensors, layer_prefix, leftovers = _assign_layer_tensors(
+        source, splitter, all_prefixes, sub_of_prefix, absolute_mtp, text_depth
+    )
+    if any(k[0] == "mtp" for k in layer_tensors):
+        submodels.setdefault("mtp", Submodel("mtp", "MTP / draft heads", "", mtp_n))
+    shared_parts, unassigned = _assign_shared_tensors(leftovers, fam, submodels)
+    if any(o == "mtp" for o, _ in shared_parts):
+        submodels.setdefault("mtp", Submodel("mtp", "MTP / draft heads", "", mtp_n))
+
+    # --- build layers (layers with the same tensor set share one analysis)
+    memo: list[_Analysed] = []
+    _build_layers(fam, submodels, layer_tensors, layer_prefix, stack_of, st_cfg, text_cfg, text_depth, quantized, memo)
+    _add_declared_layers(
+        source, fam, submodels, depth, mtp_n, stack_of, st_cfg, text_cfg, text_depth, text_stack, quantized, memo, warnings
+    )
+    _check_mtp_layer_count(source, fam, submodels, mtp_n, warnings)
+    if quant is not None:
+        _mark_quant_ignored(quant, submodels, splitter, mtp_prefixes, prefix_owner)
+    shared = _attach_parts(submodels, shared_parts)
+    groups = _group_layers(submodels)
+    warnings = _final_warnings(source, fam, config, text_cfg, submodels, unassigned, quant, warnings)
+
+    return Inventory(
+        source=source,
+        family=fam,
+        model_name=_model_name(config, source),
+        submodels=submodels,
+        shared=shared,
+        groups=groups,
+        quantization=quant,
+        unassigned=unassigned,
+        warnings=warnings,
+        stacks=tuple(stacks),
+        layer_name_pattern=splitter,
+        mtp_count=mtp_n,
+    )
+
+
+def _layer_splitter(source: ModelSource, fam: Family, stacks, mtp_n: int):
+    """The layer prefixes' owners, the MTP prefixes, all prefixes and the name-splitting regex."""
     prefix_owner: dict[str, Stack] = {}
     for st in stacks:
         for p in st.prefixes:
@@ -458,8 +510,11 @@ def _build_inventory(source: ModelSource) -> Inventory:
     alternation = "|".join(re.escape(p) for p in all_prefixes) if all_prefixes else r"(?!x)x"
     # Matches every name: group 1/2 = layer prefix and number (None for non-layer tensors).
     splitter = re.compile(r"^(?:(" + alternation + r")(\d+)\.)?(.+)$", re.DOTALL)
+    return prefix_owner, mtp_prefixes, all_prefixes, splitter
 
-    # --- submodels
+
+def _declared_submodels(source: ModelSource, fam: Family, config: dict, stacks, mtp_n: int):
+    """The submodels the stacks (and MTP) declare, with each stack's declared depth and config."""
     submodels: dict[str, Submodel] = {}
     depth: dict[str, int | None] = {}
     st_cfg: dict[str, dict] = {}
@@ -473,19 +528,18 @@ def _build_inventory(source: ModelSource) -> Inventory:
         submodels[st.submodel] = Submodel(st.submodel, role, path, depth[st.submodel])
     if fam.mtp is not None and (mtp_n or _any_name_starts(source, fam.mtp.shared_prefixes)):
         submodels["mtp"] = Submodel("mtp", "MTP / draft heads", "", mtp_n)
-    stack_of = {st.submodel: st for st in stacks}
+    return submodels, depth, st_cfg
 
-    # --- assign tensors
+
+def _assign_layer_tensors(source: ModelSource, splitter, all_prefixes, sub_of_prefix, absolute_mtp, text_depth):
+    """Every header's tensors as column slices per (submodel, stored index), plus the leftovers."""
     # A layer's tensors are (almost always) adjacent in a header, so each header is cut into
     # runs of one layer key (see _layer_runs) and a run moves into its layer as column
     # slices; Python runs once per run, not per tensor.
     layer_tensors: dict[tuple[str, int], _Columns] = {}  # (submodel, stored idx) -> columns
     layer_prefix: dict[tuple[str, int], str] = {}
     leftovers = _Columns()
-    text_depth = depth.get("text")
-    absolute_mtp = fam.mtp is not None and fam.mtp.style == "absolute" and text_depth is not None
     match = splitter.match
-    sub_of_prefix = {p: ("mtp" if p in mtp_prefixes else prefix_owner[p].submodel) for p in all_prefixes}
     # With nested prefixes ("a.layers." inside "a.layers.3.b.layers.") a run's leading text is
     # not enough: every name is matched on its own.
     nested = any(a != b and a.startswith(b) for a in all_prefixes for b in all_prefixes)
@@ -504,10 +558,11 @@ def _build_inventory(source: ModelSource) -> Inventory:
                     bucket = layer_tensors[key] = _Columns()
                     layer_prefix[key] = prefix
                 bucket.add(header, start, stop, len(prefix) + len(idx_s) + 1)
-    if any(k[0] == "mtp" for k in layer_tensors):
-        submodels.setdefault("mtp", Submodel("mtp", "MTP / draft heads", "", mtp_n))
+    return layer_tensors, layer_prefix, leftovers
 
-    # --- non-layer tensors
+
+def _assign_shared_tensors(leftovers: _Columns, fam: Family, submodels: dict[str, Submodel]):
+    """Non-layer tensors grouped into parts by role, and the names no role claims."""
     shared_parts: dict[tuple[str, str], Part] = {}
     unassigned: list[str] = []
     mtp_shared = fam.mtp.shared_prefixes if fam.mtp and fam.mtp.style == "relative" else ()
@@ -535,11 +590,11 @@ def _build_inventory(source: ModelSource) -> Inventory:
             part = shared_parts[(owner, label)] = Part(owner, label)
         part.tensors.append(name)
         part.nbytes += end - begin
-    if any(o == "mtp" for o, _ in shared_parts):
-        submodels.setdefault("mtp", Submodel("mtp", "MTP / draft heads", "", mtp_n))
+    return shared_parts, unassigned
 
-    # --- build layers (layers with the same tensor set share one analysis)
-    memo: list[_Analysed] = []
+
+def _build_layers(fam, submodels, layer_tensors, layer_prefix, stack_of, st_cfg, text_cfg, text_depth, quantized, memo) -> None:
+    """Append a Layer to its submodel for every (submodel, stored index) the checkpoint holds."""
     for (sub, stored), columns in sorted(layer_tensors.items(), key=lambda kv: (kv[0][0], kv[0][1])):
         sm = submodels[sub]
         prefix = layer_prefix[(sub, stored)]
@@ -550,6 +605,11 @@ def _build_inventory(source: ModelSource) -> Inventory:
         layer = _make_layer(fam, stack_of.get(sub), st_cfg.get(sub, text_cfg), sub, index, stored, prefix, columns, quantized, memo)
         sm.layers.append(layer)
 
+
+def _add_declared_layers(
+    source, fam, submodels, depth, mtp_n, stack_of, st_cfg, text_cfg, text_depth, text_stack, quantized, memo, warnings
+) -> None:
+    """Compare declared and held depths; list declared layers of a config-only directory."""
     # Layers the config declares but the checkpoint lacks (config-only directories) are still
     # listed, with kinds from the config rules alone.
     for sub, sm in submodels.items():
@@ -575,6 +635,10 @@ def _build_inventory(source: ModelSource) -> Inventory:
                     prefix = (st.prefixes[0] if st else (fam.mtp.prefixes[0] if fam.mtp and fam.mtp.prefixes else (text_stack.prefixes[0] if text_stack else "layers.")))
                     sm.layers.append(_make_layer(fam, st, cfg, sub, i, stored, prefix, _Columns(), quantized, memo))
             sm.layers.sort(key=lambda l: l.index)
+
+
+def _check_mtp_layer_count(source, fam, submodels, mtp_n: int, warnings: list[str]) -> None:
+    """Warn when the checkpoint's MTP layer count differs from the configured one."""
     mtp_sm = submodels.get("mtp")
     if mtp_sm is not None and source.shards:
         have = len(mtp_sm.layers)
@@ -587,21 +651,25 @@ def _build_inventory(source: ModelSource) -> Inventory:
             else:
                 warnings.append(f"mtp: the config declares {mtp_n} MTP layer(s) but the checkpoint holds {have}")
 
-    # quantization entries that name a layer by number
-    if quant is not None:
-        by_key = {(sm.name, l.stored_index): l for sm in submodels.values() for l in sm.layers}
-        for e in quant.entries:
-            if e.is_regex:
-                continue
-            prefix, idx_s, _ = splitter.match(e.value + ".#").groups()
-            if prefix is None:
-                continue
-            idx = int(idx_s)
-            sub = "mtp" if prefix in mtp_prefixes else prefix_owner[prefix].submodel
-            layer = by_key.get((sub, idx)) or by_key.get(("mtp", idx))
-            if layer is not None:
-                layer.quant_ignored.append(e.value)
 
+def _mark_quant_ignored(quant: Quantization, submodels, splitter, mtp_prefixes, prefix_owner) -> None:
+    """Record on each layer the quantization ignore entries that name it by number."""
+    by_key = {(sm.name, l.stored_index): l for sm in submodels.values() for l in sm.layers}
+    for e in quant.entries:
+        if e.is_regex:
+            continue
+        prefix, idx_s, _ = splitter.match(e.value + ".#").groups()
+        if prefix is None:
+            continue
+        idx = int(idx_s)
+        sub = "mtp" if prefix in mtp_prefixes else prefix_owner[prefix].submodel
+        layer = by_key.get((sub, idx)) or by_key.get(("mtp", idx))
+        if layer is not None:
+            layer.quant_ignored.append(e.value)
+
+
+def _attach_parts(submodels: dict[str, Submodel], shared_parts: dict[tuple[str, str], Part]) -> list[Part]:
+    """Drop empty undeclared submodels, give each its parts and return the shared parts."""
     # A stack the family knows but this model lacks (Gemma 3 text-only has no vision tower).
     for name in [n for n, sm in submodels.items() if not sm.layers and not sm.parts and not sm.declared_depth]:
         if not any(o == name for o, _ in shared_parts):
@@ -610,9 +678,11 @@ def _build_inventory(source: ModelSource) -> Inventory:
     for (owner, _), part in shared_parts.items():
         if owner in submodels and owner != "shared":
             submodels[owner].parts.append(part)
-    shared = [p for (owner, _), p in shared_parts.items() if owner == "shared" or owner not in submodels]
+    return [p for (owner, _), p in shared_parts.items() if owner == "shared" or owner not in submodels]
 
-    # --- groups
+
+def _group_layers(submodels: dict[str, Submodel]) -> list[Group]:
+    """Group layers of equal (submodel, kind), one symbol per group, and set each layer's group."""
     groups: list[Group] = []
     by_sig: dict[tuple, Group] = {}
     symbols = iter("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789" + "?" * 1000)
@@ -626,7 +696,11 @@ def _build_inventory(source: ModelSource) -> Inventory:
             g.layers.append(layer.index)
             g.nbytes += layer.nbytes
             layer.group = g.id
+    return groups
 
+
+def _final_warnings(source, fam, config, text_cfg, submodels, unassigned, quant, warnings: list[str]) -> list[str]:
+    """The source's warnings, then these with family checks, layer notes, unassigned and quantization added."""
     # --- config-level checks and disagreements
     for check in fam.checks:
         warnings.extend(check(text_cfg if text_cfg is not config else config))
@@ -642,24 +716,13 @@ def _build_inventory(source: ModelSource) -> Inventory:
         warnings.insert(0, "no family module for this architecture: layer kinds come from tensor names only")
     if quant is not None:
         warnings.extend(quant.warnings)
-    warnings = source.warnings + warnings
+    return source.warnings + warnings
 
+
+def _model_name(config: dict, source: ModelSource) -> str:
+    """The model's name: the config's ``_name_or_path`` tail, else the directory's name."""
     name = config.get("_name_or_path") if isinstance(config.get("_name_or_path"), str) else ""
-    model_name = (name.rstrip("/").rsplit("/", 1)[-1] if name else "") or source.root.resolve().name
-    return Inventory(
-        source=source,
-        family=fam,
-        model_name=model_name,
-        submodels=submodels,
-        shared=shared,
-        groups=groups,
-        quantization=quant,
-        unassigned=unassigned,
-        warnings=warnings,
-        stacks=tuple(stacks),
-        layer_name_pattern=splitter,
-        mtp_count=mtp_n,
-    )
+    return (name.rstrip("/").rsplit("/", 1)[-1] if name else "") or source.root.resolve().name
 
 
 _NUMBER_SEGMENT = re.compile(r"(?<=\.)\d+(?=\.|$)", re.MULTILINE)

@@ -321,7 +321,49 @@ def build_plan(inv: Inventory, selection: Selection | None = None, *, _auto_prob
     edits: list[ConfigEdit] = []
     auto: dict[str, bool] = {}
 
-    # --- resolve kept layers per submodel
+    kept = _resolve_kept(inv, selection, issues, auto, _auto_probe)
+    has_mtp, mtp_kept = _resolve_mtp(inv, selection, issues)
+    text_kept = kept.get("text", [])
+    _check_text_kept(inv, text_kept, issues)
+
+    # --- text stack: generic catalogue, family hooks
+    text_stack = _text_stack(inv)
+    text_path = _stack_path(inv, text_stack)
+    text_cfg = get_path(config, text_path, {}) if text_path else config
+    sm_text = inv.submodels.get("text")
+    by_index = {l.index: l for l in sm_text.layers} if sm_text else {}
+    kinds = [by_index[i].kind for i in text_kept if i in by_index]
+    old_n = sm_text.declared_depth if sm_text and sm_text.declared_depth is not None else len(by_index)
+    new_n = len(text_kept)
+    if sm_text is not None:
+        ctx = TrimContext(edits, issues, config, text_stack, text_path, text_kept, kinds, inv)
+        _rewrite_text_stack(ctx, fam, text_stack, old_n, text_kept)
+
+    _rewrite_other_stacks(inv, kept, edits, issues, config)
+
+    # --- MTP
+    _plan_mtp(inv, edits, issues, config, text_path, text_cfg, mtp_kept, has_mtp)
+
+    # --- quantization module lists
+    mappings = _mappings(inv, kept, mtp_kept, old_n, new_n)
+    _rewrite_quant_entries(inv, edits, issues, mappings, kept, mtp_kept)
+
+    # --- apply and verify
+    files = {CONFIG: config, **inv.source.side_quant_configs}
+    new_documents = {f: apply_edits(doc, edits, f) for f, doc in files.items()}
+    if sm_text is not None and text_kept:
+        _verify_rules(inv, new_documents[CONFIG], text_stack, text_path, text_kept, kinds, issues)
+    if not _auto_probe:
+        _check_output_config(fam, new_documents[CONFIG], text_path, issues)
+        _family_warnings(inv, new_n, mtp_kept, issues)
+
+    renames, dropped = _renames(inv, mappings, mtp_kept) if not _auto_probe else ([], [])
+    coverage = _coverage(inv, kept, mtp_kept, has_mtp, mappings) if not _auto_probe else []
+    return TrimPlan(inv, kept, mtp_kept, mappings, edits, renames, dropped, coverage, issues, new_documents, auto)
+
+
+def _resolve_kept(inv: Inventory, selection: Selection, issues: list[Issue], auto: dict[str, bool], auto_probe: bool) -> dict[str, list[int]]:
+    """The kept layer indices per submodel (MTP aside), with errors for unknown layers or names."""
     kept: dict[str, list[int]] = {}
     for name, sm in inv.submodels.items():
         if name == "mtp":
@@ -332,7 +374,7 @@ def build_plan(inv: Inventory, selection: Selection | None = None, *, _auto_prob
             continue
         if want is None or want == "auto":
             auto[name] = True
-            kept[name] = auto_select(inv, name) if not _auto_probe else [l.index for l in sm.layers]
+            kept[name] = auto_select(inv, name) if not auto_probe else [l.index for l in sm.layers]
             continue
         valid = {l.index for l in sm.layers}
         bad = [i for i in want if i not in valid]
@@ -357,13 +399,21 @@ def build_plan(inv: Inventory, selection: Selection | None = None, *, _auto_prob
                     "use text=..., or one of the listed submodels",
                 )
             )
+    return kept
+
+
+def _resolve_mtp(inv: Inventory, selection: Selection, issues: list[Issue]) -> tuple[bool, bool]:
+    """Whether the model has MTP / draft heads and whether they are kept."""
     mtp_sm = inv.submodels.get("mtp")
     has_mtp = mtp_sm is not None and (bool(mtp_sm.layers) or inv.mtp_count > 0)
     mtp_kept = has_mtp if selection.mtp is None else (selection.mtp and has_mtp)
     if selection.mtp and not has_mtp:
         issues.append(Issue("warning", "--mtp: this model has no MTP / draft heads"))
+    return has_mtp, mtp_kept
 
-    text_kept = kept.get("text", [])
+
+def _check_text_kept(inv: Inventory, text_kept: list[int], issues: list[Issue]) -> None:
+    """Warn when too few text layers remain for deepstack; refuse an empty text stack."""
     deep = _deepstack_len(inv)
     if deep and 0 < len(text_kept) < deep:
         issues.append(
@@ -377,26 +427,20 @@ def build_plan(inv: Inventory, selection: Selection | None = None, *, _auto_prob
     if "text" in inv.submodels and not text_kept and not issues:
         issues.append(Issue("error", "no text layers kept", "keep at least one text layer"))
 
-    # --- text stack: generic catalogue, family hooks
-    text_stack = _text_stack(inv)
-    text_path = _stack_path(inv, text_stack)
-    text_cfg = get_path(config, text_path, {}) if text_path else config
-    sm_text = inv.submodels.get("text")
-    by_index = {l.index: l for l in sm_text.layers} if sm_text else {}
-    kinds = [by_index[i].kind for i in text_kept if i in by_index]
-    old_n = sm_text.declared_depth if sm_text and sm_text.declared_depth is not None else len(by_index)
-    new_n = len(text_kept)
-    if sm_text is not None:
-        ctx = TrimContext(edits, issues, config, text_stack, text_path, text_kept, kinds, inv)
-        _rewrite_stack(ctx, text_stack, old_n, text_kept, PER_LAYER_LISTS, INDEX_LISTS)
-        if fam.dense_prefix:
-            _check_dense_prefix(ctx)
-        if fam.requires_moe:
-            require_moe(ctx)
-        for hook in fam.trim:
-            hook(ctx)
 
-    # --- other stacks (vision, audio...)
+def _rewrite_text_stack(ctx: TrimContext, fam, text_stack: Stack | None, old_n: int, text_kept: list[int]) -> None:
+    """Rewrite the text stack's config from the generic catalogue, then run the family's hooks."""
+    _rewrite_stack(ctx, text_stack, old_n, text_kept, PER_LAYER_LISTS, INDEX_LISTS)
+    if fam.dense_prefix:
+        _check_dense_prefix(ctx)
+    if fam.requires_moe:
+        require_moe(ctx)
+    for hook in fam.trim:
+        hook(ctx)
+
+
+def _rewrite_other_stacks(inv: Inventory, kept: dict[str, list[int]], edits: list[ConfigEdit], issues: list[Issue], config: dict) -> None:
+    """Rewrite the config of every trimmed non-text stack (vision, audio...)."""
     for name, keep in kept.items():
         if name == "text":
             continue
@@ -421,28 +465,13 @@ def build_plan(inv: Inventory, selection: Selection | None = None, *, _auto_prob
                     f"add {name}={','.join(map(str, missing))}",
                 )
 
-    # --- MTP
-    _plan_mtp(inv, edits, issues, config, text_path, text_cfg, mtp_kept, has_mtp)
 
-    # --- quantization module lists
-    mappings = _mappings(inv, kept, mtp_kept, old_n, new_n)
-    _rewrite_quant_entries(inv, edits, issues, mappings, kept, mtp_kept)
-
-    # --- apply and verify
-    files = {CONFIG: config, **inv.source.side_quant_configs}
-    new_documents = {f: apply_edits(doc, edits, f) for f, doc in files.items()}
-    if sm_text is not None and text_kept:
-        _verify_rules(inv, new_documents[CONFIG], text_stack, text_path, text_kept, kinds, issues)
-    if not _auto_probe:
-        for check in fam.checks:
-            new_text = get_path(new_documents[CONFIG], text_path, {}) if text_path else new_documents[CONFIG]
-            for msg in check(new_text):
-                issues.append(Issue("warning", f"output config: {msg}"))
-        _family_warnings(inv, new_n, mtp_kept, issues)
-
-    renames, dropped = _renames(inv, mappings, mtp_kept) if not _auto_probe else ([], [])
-    coverage = _coverage(inv, kept, mtp_kept, has_mtp, mappings) if not _auto_probe else []
-    return TrimPlan(inv, kept, mtp_kept, mappings, edits, renames, dropped, coverage, issues, new_documents, auto)
+def _check_output_config(fam, new_config: dict, text_path: tuple, issues: list[Issue]) -> None:
+    """Run the family's config checks on the output config's text section, as warnings."""
+    for check in fam.checks:
+        new_text = get_path(new_config, text_path, {}) if text_path else new_config
+        for msg in check(new_text):
+            issues.append(Issue("warning", f"output config: {msg}"))
 
 
 def _rewrite_stack(ctx: TrimContext, stack: Stack | None, old_n: int, keep: list[int], lists, index_lists) -> None:

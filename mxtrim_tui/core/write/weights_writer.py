@@ -267,16 +267,20 @@ def hash_range(path: Path, begin: int, end: int) -> str:
 def verify_output(plan: TrimPlan, extraction: Extraction, tmp: Path, emit, cancel=None) -> tuple[dict, list[dict], ModelSource]:
     """Check the written shards against the plan; return (integrity summary, manifest rows).
     Raises VerificationError on the first disagreement."""
-    src = plan.inventory.source
+    shard_rows = _verify_shards(extraction, tmp)
+    index_state, written = _verify_index(extraction, tmp)
+    layers = _verify_coverage(plan, written, tmp)
+    rows = _verify_hashes(plan.inventory.source, extraction, tmp, emit, cancel)
+    integrity = _integrity_summary(plan, extraction, shard_rows, rows, index_state, layers)
+    return integrity, rows, written
 
-    def fail(path, problem):
-        raise VerificationError(path, problem)
 
-    # 1. every shard: strict header rules, exact header bytes, exact size
+def _verify_shards(extraction: Extraction, tmp: Path) -> list[dict]:
+    """Check every shard's strict header rules, exact header bytes and size; return shard rows."""
     expected_files = {s.file for s in extraction.shards}
     present = {p.name for p in tmp.glob("*.safetensors")}
     if present != expected_files:
-        fail(tmp, f"shards on disk {sorted(present)} differ from the planned {sorted(expected_files)}")
+        raise VerificationError(tmp, f"shards on disk {sorted(present)} differ from the planned {sorted(expected_files)}")
     shard_rows = []
     for shard in extraction.shards:
         path = tmp / shard.file
@@ -284,32 +288,38 @@ def verify_output(plan: TrimPlan, extraction: Extraction, tmp: Path, emit, cance
         with open(path, "rb") as fh:
             raw = fh.read(len(shard.header))
         if raw != shard.header:
-            fail(path, "header differs from the planned header")
+            raise VerificationError(path, "header differs from the planned header")
         if header.file_size != shard.file_bytes:
-            fail(path, f"file is {header.file_size} bytes, planned {shard.file_bytes}")
+            raise VerificationError(path, f"file is {header.file_size} bytes, planned {shard.file_bytes}")
         shard_rows.append({"file": shard.file, "tensors": len(shard.tensors), "bytes": header.file_size})
+    return shard_rows
 
-    # 2. the index: exact text when sharded, absent otherwise; open_source cross-checks it
+
+def _verify_index(extraction: Extraction, tmp: Path) -> tuple[str, ModelSource]:
+    """Check the index (exact text when sharded, absent otherwise); return its state and the opened output."""
     index_path = tmp / INDEX_NAME
     expected_index = extraction.index_text
     if expected_index is None:
         if index_path.exists():
-            fail(index_path, "a single-shard output must not have an index")
+            raise VerificationError(index_path, "a single-shard output must not have an index")
         index_state = "none (single shard)"
     else:
         if not index_path.exists() or index_path.read_text(encoding="utf-8") != expected_index:
-            fail(index_path, "index differs from the planned weight_map / total_size")
+            raise VerificationError(index_path, "index differs from the planned weight_map / total_size")
         index_state = f"consistent ({len(extraction.tensors)} entries, total_size {extraction.tensor_bytes})"
-    written = open_source(tmp)
-    if set(written.shards) != expected_files:
-        fail(tmp, "the index names other shards than those written")
+    written = open_source(tmp)  # cross-checks the index against the shards
+    if set(written.shards) != {s.file for s in extraction.shards}:
+        raise VerificationError(tmp, "the index names other shards than those written")
+    return index_state, written
 
-    # 3. coverage: exactly the renamed set; every kept layer complete
+
+def _verify_coverage(plan: TrimPlan, written: ModelSource, tmp: Path) -> int:
+    """Check the output holds exactly the renamed set and every kept layer whole; return the layer count."""
     out_names = set(written.tensor_shard)
     want = {n for _, n in plan.renames}
     if out_names != want:
         missing, extra = sorted(want - out_names), sorted(out_names - want)
-        fail(tmp, f"output tensors differ from the plan: missing {missing[:5]}, unexpected {extra[:5]}")
+        raise VerificationError(tmp, f"output tensors differ from the plan: missing {missing[:5]}, unexpected {extra[:5]}")
     layers = 0
     layer_of = {(sub, l.name): l for sub, sm in plan.inventory.submodels.items() for l in sm.layers}
     ordered = sorted(out_names)  # a layer's names are one run: from "<prefix>." up to "<prefix>/"
@@ -320,10 +330,27 @@ def verify_output(plan: TrimPlan, extraction: Extraction, tmp: Path, emit, cance
         run = ordered[bisect_left(ordered, new_prefix) : bisect_left(ordered, m.new_name + "/")]
         new_rest = [n[len(new_prefix):] for n in run]
         if old_rest != new_rest:
-            fail(tmp, f"{m.submodel} layer {m.old} → {m.new_name}: {len(new_rest)} tensors written, the source layer has {len(old_rest)}")
+            raise VerificationError(
+                tmp, f"{m.submodel} layer {m.old} → {m.new_name}: {len(new_rest)} tensors written, the source layer has {len(old_rest)}"
+            )
         layers += 1
+    return layers
 
-    # 4. hashes of every source range and written range, in parallel
+
+def _verify_hashes(src: ModelSource, extraction: Extraction, tmp: Path, emit, cancel) -> list[dict]:
+    """Hash every source range and written range in parallel; return the manifest rows, all matching."""
+    rows, jobs = _hash_jobs(src, extraction, tmp)
+    _run_hash_jobs(jobs, 2 * extraction.tensor_bytes, emit, cancel)
+    bad = [r for r in rows if r["source_" + HASH_NAME] != r["written_" + HASH_NAME]]
+    if bad:
+        raise VerificationError(
+            tmp / bad[0]["file"], f"tensor {bad[0]['name']!r}: written bytes differ from the source range ({len(bad)} tensor(s) differ)"
+        )
+    return rows
+
+
+def _hash_jobs(src: ModelSource, extraction: Extraction, tmp: Path) -> tuple[list[dict], list[tuple]]:
+    """One manifest row per written tensor, and its two hash jobs, biggest first."""
     jobs = []
     rows = []
     for shard in extraction.shards:
@@ -342,7 +369,11 @@ def verify_output(plan: TrimPlan, extraction: Extraction, tmp: Path, emit, cance
             jobs.append((row, "source_" + HASH_NAME, src.root / t.source_file, t.source_begin, t.source_end))
             jobs.append((row, "written_" + HASH_NAME, tmp / shard.file, begin, end))
     jobs.sort(key=lambda j: j[4] - j[3], reverse=True)  # big ones first: balanced threads
-    total = 2 * extraction.tensor_bytes
+    return rows, jobs
+
+
+def _run_hash_jobs(jobs: list[tuple], total: int, emit, cancel) -> None:
+    """Run the hash jobs on a thread pool, storing each digest in its row and emitting progress."""
     done_bytes = 0
     last = 0.0
     emit({"event": "stage", "name": "verify", "status": "start", "total_bytes": total})
@@ -361,12 +392,13 @@ def verify_output(plan: TrimPlan, extraction: Extraction, tmp: Path, emit, cance
     finally:
         # on an interruption, queued hashes are dropped; running ones end with their tensor
         pool.shutdown(wait=True, cancel_futures=True)
-    bad = [r for r in rows if r["source_" + HASH_NAME] != r["written_" + HASH_NAME]]
-    if bad:
-        fail(tmp / bad[0]["file"], f"tensor {bad[0]['name']!r}: written bytes differ from the source range ({len(bad)} tensor(s) differ)")
 
+
+def _integrity_summary(plan: TrimPlan, extraction: Extraction, shard_rows: list[dict], rows: list[dict], index_state: str, layers: int) -> dict:
+    """What verification established: shards, hashes, index, layers and the retained/dropped counts."""
+    src = plan.inventory.source
     dropped_reasons = Counter(reason for _, reason in plan.dropped)
-    integrity = {
+    return {
         "shards": shard_rows,
         "tensors": len(rows),
         "tensor_bytes": extraction.tensor_bytes,
@@ -381,7 +413,6 @@ def verify_output(plan: TrimPlan, extraction: Extraction, tmp: Path, emit, cance
         "dropped_reasons": dict(sorted(dropped_reasons.items())),
         "dropped_bytes": sum(src.tensor(t).nbytes for t, _ in plan.dropped),
     }
-    return integrity, rows, written
 
 
 def _write_lines_json(path: Path, doc: dict, list_keys: tuple[str, ...]) -> int:
@@ -452,22 +483,10 @@ def write_weights(
     timings: dict[str, float] = {}
     out = prepare_output(plan, out)
     src = plan.inventory.source
-    if not src.shards:
-        raise OutputError(src.root, "the source has no safetensors weights: nothing to extract (use --mode dummy)")
-    problems = check_accounting(plan)
-    if problems:
-        raise AccountingError(src.root, "tensor accounting failed, nothing written: " + "; ".join(problems))
+    _refuse_unextractable(plan)
 
     t0 = time.monotonic()
-    extraction = build_extraction(plan, max_shard_bytes)
-    estimate = estimate_from_extraction(plan, extraction)
-    ok, free, message = check_free_space(estimate, out)
-    if not ok:
-        raise OutputError(out, message)
-    emit({"event": "stage", "name": "budget", "status": "done", "total_bytes": estimate.total, "free_bytes": free,
-          "shards": estimate.shards, "parts": [list(p) for p in estimate.parts]})
-    digests = source_header_digests(src)
-    script_text = extraction_script(plan, extraction, digests)
+    extraction, estimate, digests, script_text = _prepare_extraction(plan, out, max_shard_bytes, emit)
     timings["prepare"] = time.monotonic() - t0
 
     make_parent(out)
@@ -482,14 +501,7 @@ def write_weights(
         timings["extract"] = time.monotonic() - t0
         os.replace(script_tmp, tmp / SCRIPT_NAME)
 
-        events = FileEvents(emit, weights_file_count(plan, extraction))
-        emit({"event": "stage", "name": "files", "status": "start"})
-        files = [events.add(f) for f in extracted_files(extraction, len(script_text.encode()))]
-        more, not_copied = write_documents_and_assets(plan, tmp, events, reserved=GENERATED)
-        files += more
-        for f in not_copied:
-            if f["kind"] in ("weights", "weight index"):
-                f["detail"] = "replaced by the extracted shards" + (" and their index" if len(extraction.shards) > 1 else "")
+        events, files, not_copied = _write_file_entries(plan, extraction, tmp, script_text, emit)
 
         t0 = time.monotonic()
         integrity, rows, written = verify_output(plan, extraction, tmp, emit, cancel)
@@ -498,26 +510,12 @@ def write_weights(
 
         _check_cancel(cancel)
         t0 = time.monotonic()
-        emit({"event": "stage", "name": "structure", "status": "start"})
-        result = check_structure(tmp, plan, written) if structure else not_checked("skipped (structure=False)")
-        emit({"event": "stage", "name": "structure", "status": "done", "result": result.status, "summary": result.summary})
+        result = _structure_stage(plan, tmp, written, structure, emit)
         timings["structure"] = time.monotonic() - t0
         _check_cancel(cancel)
 
         files.append(events.add(write_plan_json(plan, tmp, out, "weights", serve)))
-        manifest = {
-            "schema": MANIFEST_SCHEMA,
-            "source": str(src.root.resolve()),
-            "output": str(out),
-            "hash": HASH_NAME,
-            "copy_method": done.get("method"),
-            "source_headers": {rel: {"sha256": d.sha256, "header_bytes": d.header_bytes, "file_bytes": d.file_bytes} for rel, d in digests.items()},
-            "shards": integrity["shards"],
-            "totals": {k: integrity[k] for k in ("tensors", "tensor_bytes", "retained", "renamed", "dropped", "dropped_bytes")},
-            "structure": result.to_json(),
-            "tensors": rows,
-            "dropped": [{"name": t, "source_file": src.tensor_shard[t], "reason": r} for t, r in plan.dropped],
-        }
+        manifest = _manifest(plan, out, done, digests, integrity, result, rows)
         size = _write_lines_json(tmp / MANIFEST_NAME, manifest, ("tensors", "dropped"))
         files.append(events.add({"path": MANIFEST_NAME, "kind": "manifest", "bytes": size, "from": f"written (every tensor's ranges and {HASH_NAME} hashes)"}))
 
@@ -533,12 +531,79 @@ def write_weights(
         rename_into_place(tmp, out)
         emit({"event": "stage", "name": "write", "status": "done", "output": str(out)})
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        script_tmp.unlink(missing_ok=True)
-        # a script killed before it could clean up leaves its own hidden sibling of tmp
-        for stray in tmp.parent.iterdir():
-            if stray.name.startswith(f".{tmp.name}.partial-"):
-                shutil.rmtree(stray, ignore_errors=True)
+        _remove_partial_output(tmp, script_tmp)
         raise
     return WeightsWriteResult(out, files, not_copied, estimate, integrity, result, done.get("method", ""), timings)
 
+
+def _refuse_unextractable(plan: TrimPlan) -> None:
+    """Raise when the source has no weights or its tensor accounting fails."""
+    src = plan.inventory.source
+    if not src.shards:
+        raise OutputError(src.root, "the source has no safetensors weights: nothing to extract (use --mode dummy)")
+    problems = check_accounting(plan)
+    if problems:
+        raise AccountingError(src.root, "tensor accounting failed, nothing written: " + "; ".join(problems))
+
+
+def _prepare_extraction(plan: TrimPlan, out: Path, max_shard_bytes: int, emit):
+    """Plan the shards, check free space and render the script: (extraction, estimate, digests, script text)."""
+    extraction = build_extraction(plan, max_shard_bytes)
+    estimate = estimate_from_extraction(plan, extraction)
+    ok, free, message = check_free_space(estimate, out)
+    if not ok:
+        raise OutputError(out, message)
+    emit({"event": "stage", "name": "budget", "status": "done", "total_bytes": estimate.total, "free_bytes": free,
+          "shards": estimate.shards, "parts": [list(p) for p in estimate.parts]})
+    digests = source_header_digests(plan.inventory.source)
+    script_text = extraction_script(plan, extraction, digests)
+    return extraction, estimate, digests, script_text
+
+
+def _write_file_entries(plan: TrimPlan, extraction: Extraction, tmp: Path, script_text: str, emit):
+    """Record the extracted files and write configs and assets: (events, files, not copied)."""
+    events = FileEvents(emit, weights_file_count(plan, extraction))
+    emit({"event": "stage", "name": "files", "status": "start"})
+    files = [events.add(f) for f in extracted_files(extraction, len(script_text.encode()))]
+    more, not_copied = write_documents_and_assets(plan, tmp, events, reserved=GENERATED)
+    files += more
+    for f in not_copied:
+        if f["kind"] in ("weights", "weight index"):
+            f["detail"] = "replaced by the extracted shards" + (" and their index" if len(extraction.shards) > 1 else "")
+    return events, files, not_copied
+
+
+def _structure_stage(plan: TrimPlan, tmp: Path, written: ModelSource, structure: bool, emit) -> StructureResult:
+    """Compare the output's structure with the model transformers builds, or mark it skipped."""
+    emit({"event": "stage", "name": "structure", "status": "start"})
+    result = check_structure(tmp, plan, written) if structure else not_checked("skipped (structure=False)")
+    emit({"event": "stage", "name": "structure", "status": "done", "result": result.status, "summary": result.summary})
+    return result
+
+
+def _manifest(plan: TrimPlan, out: Path, done: dict, digests: dict, integrity: dict, result: StructureResult, rows: list[dict]) -> dict:
+    """The manifest document: source headers, shards, totals, structure, every tensor and drop."""
+    src = plan.inventory.source
+    return {
+        "schema": MANIFEST_SCHEMA,
+        "source": str(src.root.resolve()),
+        "output": str(out),
+        "hash": HASH_NAME,
+        "copy_method": done.get("method"),
+        "source_headers": {rel: {"sha256": d.sha256, "header_bytes": d.header_bytes, "file_bytes": d.file_bytes} for rel, d in digests.items()},
+        "shards": integrity["shards"],
+        "totals": {k: integrity[k] for k in ("tensors", "tensor_bytes", "retained", "renamed", "dropped", "dropped_bytes")},
+        "structure": result.to_json(),
+        "tensors": rows,
+        "dropped": [{"name": t, "source_file": src.tensor_shard[t], "reason": r} for t, r in plan.dropped],
+    }
+
+
+def _remove_partial_output(tmp: Path, script_tmp: Path) -> None:
+    """Remove the temporary output, the script and any partial directory a killed script left."""
+    shutil.rmtree(tmp, ignore_errors=True)
+    script_tmp.unlink(missing_ok=True)
+    # a script killed before it could clean up leaves its own hidden sibling of tmp
+    for stray in tmp.parent.iterdir():
+        if stray.name.startswith(f".{tmp.name}.partial-"):
+            shutil.rmtree(stray, ignore_errors=True)
