@@ -70,6 +70,12 @@ def _parser() -> argparse.ArgumentParser:
         mtp.add_argument("--mtp", dest="mtp", action="store_true", default=None, help="keep MTP / draft heads (default when present)")
         mtp.add_argument("--no-mtp", dest="mtp", action="store_false", help="drop MTP / draft heads")
         sp.add_argument("--json", action="store_true", help="print the plan as JSON (schema mxtrim.plan/1)")
+        sp.add_argument(
+            "--force",
+            action="store_true",
+            help="write even when transformers builds other layers from the output config than the kept ones "
+            "(the report says so)",
+        )
         sp.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
         serve = sp.add_argument_group("serve settings", "written into the report's vllm serve command; checked against the model")
         serve.add_argument("--tp", metavar="N", help="tensor-parallel size (must divide the attention heads)")
@@ -144,8 +150,10 @@ def _plan(args):
     from .core.plan.build import Selection, build_plan
     from .core.read.source import open_source
 
+    from .core.plan.transformers_check import checked_plan
+
     inv = build_inventory(open_source(args.source))
-    return build_plan(inv, Selection.parse(args.keep, args.mtp))
+    return checked_plan(build_plan(inv, Selection.parse(args.keep, args.mtp)), force=args.force)
 
 
 def _serve_raw(args) -> dict[str, str]:

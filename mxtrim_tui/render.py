@@ -167,6 +167,10 @@ def render_plan(plan, console: Console) -> None:
         field = e.dotted if e.file == "config.json" else f"{e.file}:{e.dotted}"
         edits.add_row(field, short_value(e.before, 60), short_value(e.after, 60))
     console.print(edits)
+    check = plan.transformers_check
+    if check is not None:
+        style = {"exact": "green", "mismatch": "bold red"}.get(check.status, "dim")
+        console.print(Text(f"checked against transformers: {check.status} — {check.summary}", style=style))
     for i in plan.issues:
         style = "bold red" if i.level == "error" else "yellow"
         console.print(Text(("✗ " if i.level == "error" else "⚠ ") + i.message, style=style))

@@ -438,19 +438,23 @@ def test_refuses_insufficient_disk_before_writing(random_source, tmp_path, monke
 
 def test_refuses_unaccounted_tensors_before_writing(tmp_path):
     layout = LAYOUTS["llama3"](num_layers=2, hidden_size=64, vocab_size=128)
-    layout.tensors.append(("mystery.buffer", "F32", (4,)))
+    # numbered like a layer of a stack the family does not know: its new name is unknown
+    layout.tensors.append(("mystery.layers.0.buffer", "F32", (4,)))
+    # outside every stack and not numbered: kept as it is
+    layout.tensors.append(("mystery_buffer", "F32", (4,)))
     src = write_checkpoint(tmp_path / "src", layout, data="random")
     plan = plan_for(src, ["1"])
-    assert ("mystery.buffer", "unassigned: belongs to no known layer or part") in plan.dropped
+    assert ("mystery.layers.0.buffer", "unassigned: belongs to no known layer or part") in plan.dropped
+    assert ("mystery_buffer", "mystery_buffer") in plan.renames
     assert check_accounting(plan)
-    with pytest.raises(AccountingError, match="mystery.buffer"):
+    with pytest.raises(AccountingError, match="mystery.layers.0.buffer"):
         write_weights(plan, tmp_path / "out")
     assert not (tmp_path / "out").exists() and leftovers(tmp_path) == []
     # dummy mode is unaffected
     assert write_dummy(plan, tmp_path / "dummy").path.exists()
 
     # a tensor the plan forgets (neither retained nor dropped), a name written twice
-    clean = dataclasses.replace(plan, dropped=[d for d in plan.dropped if d[0] != "mystery.buffer"])
+    clean = dataclasses.replace(plan, dropped=[d for d in plan.dropped if d[0] != "mystery.layers.0.buffer"])
     forgot = dataclasses.replace(clean, renames=clean.renames[:-1])
     assert any("neither retained nor dropped" in p for p in check_accounting(forgot))
     twice = dataclasses.replace(clean, renames=clean.renames + [(clean.renames[0][0] + "x", clean.renames[0][1])])

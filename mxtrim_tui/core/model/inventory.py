@@ -12,9 +12,10 @@ reported per layer and in ``warnings``.
 
 from __future__ import annotations
 
+import json
 import re
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from operator import itemgetter, methodcaller
 from operator import sub as minus
 
@@ -35,6 +36,7 @@ from .families.base import (
     Family,
     Stack,
     first_int,
+    layer_types_rule,
 )
 from .quant import Quantization, detect_quantization
 from ..read.source import ModelSource, gc_paused
@@ -263,7 +265,7 @@ def _generic_stacks(names) -> tuple[Stack, ...]:
             counts.setdefault(m.group(1) + ".", set()).add(int(m.group(2)))
     stacks = []
     text_done = False
-    for prefix in sorted(counts, key=lambda p: (-len(counts[p]), p)):
+    for prefix in sorted(counts, key=lambda p: (_text_rank(p), -len(counts[p]), p)):
         low = prefix.lower()
         if low.startswith("mtp"):
             continue
@@ -276,8 +278,22 @@ def _generic_stacks(names) -> tuple[Stack, ...]:
         else:
             sub = prefix.rstrip(".")
         cfg_path = {"vision": ("vision_config",), "audio": ("audio_config",), "text": ("text_config",)}.get(sub, ())
-        stacks.append(Stack(sub, (prefix,), config_path=cfg_path, depth_fields=("num_hidden_layers", "depth", "num_layers")))
+        stacks.append(Stack(sub, (prefix,), config_path=cfg_path, depth_fields=GENERIC_DEPTH_FIELDS,
+                            attention=layer_types_rule if sub == "text" else None))
     return tuple(stacks)
+
+
+# The depth under the names transformers' config classes give it (their attribute_map:
+# GPT-2 / BLOOM / MPT n_layer, CodeGen n_layer, DBRX n_layers, ...).
+GENERIC_DEPTH_FIELDS = ("num_hidden_layers", "n_layer", "n_layers", "num_layers", "depth")
+
+def _text_rank(prefix: str) -> int:
+    """Which discovered stack is the text decoder: a language-model path first, an encoder
+    or Q-Former last, otherwise the longest stack."""
+    low = prefix.lower()
+    if any(w in low for w in ("encoder", "qformer", "q_former", "connector", "projector")):
+        return 2
+    return 0 if any(w in low for w in ("language_model", "text_model", "llm", "decoder")) else 1
 
 
 _GENERIC_SHARED = (
@@ -580,6 +596,9 @@ def _assign_shared_tensors(leftovers: _Columns, fam: Family, submodels: dict[str
                     break
         if label is None and not fam.stacks:
             label = _generic_shared_label(name)
+        if label is None and not _GENERIC_STACK.match(name):
+            # Outside every layer stack and not numbered like one: kept as is.
+            label = "other (kept unchanged)"
         if label is None:
             unassigned.append(name)
             continue
@@ -602,8 +621,49 @@ def _build_layers(fam, submodels, layer_tensors, layer_prefix, stack_of, st_cfg,
             index = stored - (text_depth or 0)
         else:
             index = stored
-        layer = _make_layer(fam, stack_of.get(sub), st_cfg.get(sub, text_cfg), sub, index, stored, prefix, columns, quantized, memo)
+        cfg = st_cfg.get(sub, text_cfg)
+        layer = _make_layer(fam, stack_of.get(sub), cfg, sub, index, stored, prefix, columns, quantized, memo)
+        if not fam.stacks and sub == "text":
+            traits = _config_traits(cfg, sm.declared_depth or text_depth)
+            if traits:
+                layer.kind = replace(layer.kind, special=layer.kind.special + traits(index))
         sm.layers.append(layer)
+
+
+def _config_traits(cfg: dict, depth: int | None):
+    """For a family without a module: a function index -> what the config alone says is
+    particular about that layer (its entry in every per-layer list whose entries differ,
+    its membership of every list of layer indices), or None when nothing does."""
+    if not depth:
+        return None
+    lists = {k: v for k, v in cfg.items() if isinstance(v, list) and len(v) == depth and k != "layer_types"
+             and len({json.dumps(x, sort_keys=True) for x in v}) > 1}
+    patterns = {k: v for k, v in cfg.items() if isinstance(v, str) and len(v) == depth and len(set(v)) > 1}
+    indices = {k: set(v) for k, v in cfg.items() if is_layer_index_list(k, v, depth)}
+    if not (lists or patterns or indices):
+        return None
+
+    def traits(i: int) -> tuple[str, ...]:
+        out = [f"{k}={v[i]}" for k, v in lists.items() if i < len(v)]
+        out += [f"{k}={v[i]}" for k, v in patterns.items() if i < len(v)]
+        out += [f"in {k}" for k, members in indices.items() if i in members]
+        return tuple(out)
+
+    return traits
+
+
+_INDEX_LIST_NAME = re.compile(r"(^|_)(layers|idx|idxs|indices|indexes|ids)$|layer_(indices|ids|idx)$", re.I)
+
+
+def is_layer_index_list(key: str, value, depth: int) -> bool:
+    """A config list naming layers by index (``attn_layer_indices``, ``cross_attention_layers``):
+    ascending distinct non-negative ints, the first below the depth (defaults may name layers
+    past it), under a name that says so."""
+    return (
+        isinstance(value, list) and len(value) > 0 and _INDEX_LIST_NAME.search(key) is not None
+        and all(type(x) is int and x >= 0 for x in value) and value == sorted(set(value))
+        and value[0] < depth
+    )
 
 
 def _add_declared_layers(

@@ -19,7 +19,7 @@ from functools import cached_property
 
 from .config_edit import MISSING, ConfigEdit, apply_edits, get_path
 from ..model.families.base import DENSE, DSA_FULL, DSA_SHARED, HASH_MOE, MOE, Stack, first_int, require_moe
-from ..model.inventory import Inventory, LayerKind, stack_config
+from ..model.inventory import Inventory, LayerKind, is_layer_index_list, stack_config
 from ..units import human_bytes, index_ranges
 
 CONFIG = "config.json"
@@ -51,6 +51,8 @@ PER_LAYER_STRINGS = ("hybrid_override_pattern",)
 INDEX_LISTS = (("mlp_only_layers",), ("moe_layers",), ("dspark_target_layer_ids",))
 INDEX_LISTS_1BASED = (("linear_attn_config", "kda_layers"), ("linear_attn_config", "full_attn_layers"))
 INDEX_DICTS = ("per_layer_config",)
+# Lists that may happen to have one entry per layer without being per-layer.
+NOT_PER_LAYER = frozenset({"architectures", "mrope_section", "rope_scaling", "image_grid_pinpoints", "auto_map"})
 VISION_INDEX_LISTS = (("fullatt_block_indexes",), ("deepstack_visual_indexes",), ("intermediate_layers_indices",))
 
 
@@ -155,6 +157,8 @@ class TrimPlan:
     issues: list[Issue]
     new_documents: dict[str, dict]  # file -> rewritten JSON (config.json, side quant files)
     auto: dict[str, bool]
+    # transformers' verdict on the output config (core/plan/transformers_check.py), once run
+    transformers_check: object = None
 
     @property
     def errors(self) -> list[Issue]:
@@ -450,8 +454,8 @@ def _rewrite_other_stacks(inv: Inventory, kept: dict[str, list[int]], edits: lis
         if not path:
             continue
         depth = sm.declared_depth if sm.declared_depth is not None else len(sm.layers)
-        if keep == [l.index for l in sm.layers] and len(keep) == depth:
-            continue
+        if keep == [l.index for l in sm.layers] and (len(keep) == depth or not sm.layers):
+            continue  # all kept (a stack whose layers the checkpoint names otherwise is left alone)
         vkinds = [next(l.kind for l in sm.layers if l.index == i) for i in keep]
         vctx = TrimContext(edits, issues, config, st, path, keep, vkinds, inv)
         _rewrite_stack(vctx, st, depth, keep, (), VISION_INDEX_LISTS)
@@ -494,6 +498,8 @@ def _rewrite_stack(ctx: TrimContext, stack: Stack | None, old_n: int, keep: list
                 ctx.set(f, [v[i] for i in keep] + tail, "per-layer list re-sliced to the kept layers")
             else:
                 ctx.warn(f"{f} has {len(v)} entries but the stack has {old_n} layers; left unchanged")
+    if lists:
+        _rewrite_unlisted_per_layer_fields(ctx, old_n, keep, pos, lists, index_lists)
     for f in LIST_OR_SCALAR if lists else ():
         v = cfg.get(f)
         if isinstance(v, list) and len(v) == old_n:
@@ -523,6 +529,21 @@ def _rewrite_stack(ctx: TrimContext, stack: Stack | None, old_n: int, keep: list
                 if old in pos:
                     new[str(pos[old]) if isinstance(k, str) else pos[old]] = val
             ctx.set(f, new, "per-layer overrides re-keyed to the new numbering")
+
+
+def _rewrite_unlisted_per_layer_fields(ctx: TrimContext, old_n: int, keep: list[int], pos: dict, lists, index_lists) -> None:
+    """Fields outside the catalogue that are per-layer by their shape: any list with one entry
+    per layer is re-sliced, any list of layer indices remapped (architectures without a family
+    module name them freely: ``layer_rope_theta``, ``attn_layer_indices``...)."""
+    known = set(lists) | set(LIST_OR_SCALAR) | set(PER_LAYER_STRINGS) | {k[0] for k in index_lists}
+    known |= {k[0] for k in INDEX_LISTS_1BASED} | set(INDEX_DICTS)
+    for f, v in list(ctx.cfg.items()):
+        if f in known or f in NOT_PER_LAYER or "token" in f:
+            continue
+        if is_layer_index_list(f, v, old_n):
+            ctx.set(f, [pos[i] for i in v if i in pos], "layer indices remapped to the new numbering")
+        elif isinstance(v, list) and len(v) == old_n and old_n > 1:
+            ctx.set(f, [v[i] for i in keep], "per-layer list re-sliced to the kept layers")
 
 
 def _check_dense_prefix(ctx: TrimContext) -> None:

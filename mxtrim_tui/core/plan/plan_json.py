@@ -56,6 +56,7 @@ def plan_to_json(plan: TrimPlan, *, with_tensors: bool = False) -> dict:
             "dropped": len(plan.dropped),
             "retained_bytes": plan.retained_bytes,
         },
+        "transformers_check": plan.transformers_check.to_json() if plan.transformers_check is not None else None,
         "issues": [{"level": i.level, "message": i.message, "fix": i.fix} for i in plan.issues],
         "ok": not plan.errors,
     }

@@ -240,6 +240,12 @@ def _config_section(add, plan: TrimPlan) -> None:
     add("Width, expert counts, head/LoRA dimensions and quantization are unchanged; only depth was reduced. "
         "Every other field of the source configuration is preserved as it was, in its original order.")
     add("")
+    check = plan.transformers_check
+    if check is not None:
+        add(f"**Checked against transformers before writing: {check.status}.** {check.summary}.")
+        for problem in check.problems[:10]:
+            add(f"- {problem}")
+        add("")
 
 
 def _files_section(lines: list[str], plan: TrimPlan, mode: str, files: list[dict], not_copied: list[dict]) -> None:

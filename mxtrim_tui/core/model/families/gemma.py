@@ -29,6 +29,7 @@ TEXT_PREFIXES = ("model.language_model.layers.", "language_model.model.layers.",
 VISION_PREFIXES = (
     "model.vision_tower.vision_model.encoder.layers.",
     "vision_tower.vision_model.encoder.layers.",
+    "model.vision_tower.encoder.layers.",  # transformers 5 module path
 )
 SHARED = (
     ("model.language_model.embed_tokens.", "embeddings"),

@@ -1,0 +1,410 @@
+"""Every causal-LM / image-text architecture of the installed transformers, trimmed and rebuilt.
+
+For each architecture: a small config of its own class (narrow widths, 8 text layers, the
+class regenerating its per-layer patterns), the model built on the ``meta`` device, a
+checkpoint written with exactly that model's tensor names, shapes and dtypes (sparse data),
+then mxtrim plans a non-contiguous keep set and the automatic set. Each plan is either
+refused with a reason, or its output config is rebuilt by transformers on ``meta`` and
+compared with the source model, independently of mxtrim's own checks:
+
+* the text stack has exactly the kept layers, and each output layer j has the module classes
+  and parameter shapes of source layer kept[j];
+* everything outside the text stack is unchanged (names and shapes);
+* the tensors mxtrim would write (its rename list) are exactly the output model's tensors;
+* every per-layer list of the text config equals the source's entries at the kept indices.
+
+Outcomes: ``exact`` (both selections build exactly the kept layers), ``refused`` (mxtrim said
+no, with a reason), ``MISMATCH`` (a silent wrong output: the thing that must never happen),
+``skipped`` (transformers itself cannot build the architecture here).
+
+Usage: python benchmarks/architecture_sweep.py [--only a,b] [--markdown] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import tempfile
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+DEPTH = 8
+# Non-contiguous; keeps layer 0 (dense prefixes), 5 (5:1 sliding patterns) and the parity of
+# every index (alternating rules such as gpt-oss's, which vLLM hard-codes).
+KEEP = (0, 1, 4, 5)
+SMALL = {
+    "hidden_size": 64, "intermediate_size": 128, "moe_intermediate_size": 32,
+    "shared_expert_intermediate_size": 32, "ffn_hidden_size": 128, "d_model": 64, "n_embd": 64,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "n_head": 4, "num_heads": 4,
+    "head_dim": 16, "num_experts": 4, "num_local_experts": 4,
+    "n_routed_experts": 4, "num_experts_per_tok": 2, "moe_topk": 2, "n_group": 1, "topk_group": 1,
+    "kv_lora_rank": 32, "q_lora_rank": 32, "qk_rope_head_dim": 8, "qk_nope_head_dim": 16,
+    "v_head_dim": 16, "linear_num_key_heads": 2, "linear_num_value_heads": 4,
+    "linear_key_head_dim": 16, "linear_value_head_dim": 16, "mamba_d_state": 16,
+    "state_size": 16, "mamba_n_heads": 4, "mamba_head_dim": 16, "ssm_state_size": 16,
+    "embed_dim": 64, "projection_dim": 64, "image_size": 56, "patch_size": 14,
+}
+VISION_KEYS = ("vision_config", "audio_config", "vision_encoder_config", "speech_config")
+
+
+@dataclass
+class Case:
+    selection: str
+    outcome: str  # exact | refused | MISMATCH
+    detail: str = ""
+
+
+@dataclass
+class Row:
+    model_type: str
+    model_class: str
+    outcome: str = "skipped"
+    detail: str = ""
+    cases: list[Case] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def architectures() -> list[tuple[str, str]]:
+    from transformers.models.auto.modeling_auto import (
+        MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+        MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES,
+    )
+
+    seen: dict[str, str] = {}
+    for mapping in (MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES):
+        for model_type, cls in mapping.items():
+            seen.setdefault(model_type, cls if isinstance(cls, str) else cls[0])
+    return sorted(seen.items())
+
+
+def architectures_map() -> dict[str, str]:
+    return dict(architectures())
+
+
+def _depth_key(cfg_cls) -> str:
+    return (getattr(cfg_cls, "attribute_map", None) or {}).get("num_hidden_layers", "num_hidden_layers")
+
+
+def _shrink(d: dict, depth: int | None, cfg_cls) -> dict:
+    """Narrow widths; set the depth; drop per-layer lists so the class regenerates them."""
+    old_depth = d.get(_depth_key(cfg_cls)) if cfg_cls is not None else None
+    out = {}
+    for k, v in d.items():
+        if isinstance(old_depth, int) and isinstance(v, list) and len(v) == old_depth and depth is not None:
+            continue
+        if k in SMALL and isinstance(v, int) and not isinstance(v, bool) and v > SMALL[k]:
+            v = SMALL[k]
+        out[k] = v
+    if depth is not None and cfg_cls is not None:
+        out[_depth_key(cfg_cls)] = depth
+    return out
+
+
+def _variant(cfg_cls, base: dict, text_key: str | None, subs: dict, depth: int | None, shrink: bool) -> dict:
+    from transformers import CONFIG_MAPPING
+
+    d = dict(base)
+    for key, sub_cls in subs.items():
+        value = base.get(key)
+        if not isinstance(value, dict):
+            continue
+        sub_real = sub_cls if isinstance(sub_cls, type) else CONFIG_MAPPING.get(value.get("model_type"))
+        if key == text_key:
+            d[key] = _shrink(value, depth, sub_real) if shrink or depth else value
+        elif shrink:
+            d[key] = _shrink(value, None, None)
+    if text_key is None:
+        if shrink or depth:
+            d = _shrink(d, depth, cfg_cls) if shrink else {**d, _depth_key(cfg_cls): depth}
+    elif shrink:
+        for k in SMALL:
+            if k in d and isinstance(d[k], int) and not isinstance(d[k], bool) and d[k] > SMALL[k]:
+                d[k] = SMALL[k]
+    d.pop("model_type", None)
+    d.pop("transformers_version", None)
+    return d
+
+
+def small_config(model_type: str):
+    """(config, text sub-config key or None, text depth): the narrowest variant the class
+    accepts: narrow with 8 layers, full width with 8 layers, narrow at its own depth, defaults."""
+    from transformers import CONFIG_MAPPING
+
+    cfg_cls = CONFIG_MAPPING[model_type]
+    base = cfg_cls().to_dict()
+    subs = getattr(cfg_cls, "sub_configs", None) or {}
+    text_key = next((k for k in ("text_config", "language_config", "llm_config", "thinker_config") if k in subs), None)
+    error = None
+    for depth, shrink in ((DEPTH, True), (DEPTH, False), (None, True), (None, False)):
+        try:
+            cfg = cfg_cls(**_variant(cfg_cls, base, text_key, subs, depth, shrink))
+        except Exception as exc:
+            error = error or exc
+            continue
+        text = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
+        n = getattr(text, "num_hidden_layers", None)
+        if isinstance(n, int) and n >= 6:
+            return cfg, text_key, n
+    raise error or ValueError("no variant with 6 or more text layers")
+
+
+def build_meta(transformers, torch, cls_name: str, cfg):
+    cls = getattr(transformers, cls_name)
+    with torch.device("meta"):
+        return cls._from_config(cfg)
+
+
+def state_entries(model) -> dict[str, tuple[str, tuple]]:
+    """Checkpoint name -> (safetensors dtype, shape), tied duplicates once."""
+    names = {}
+    seen = set()
+    for name, tensor in model.state_dict(keep_vars=True).items():
+        if id(tensor) in seen:
+            continue
+        seen.add(id(tensor))
+        names[name] = ("BF16" if tensor.is_floating_point() else "I64", tuple(tensor.shape))
+    return names
+
+
+def text_stack(model, depth: int) -> str | None:
+    """Qualified name of the text decoder's layer list."""
+    import torch
+
+    found = []
+    for name, module in model.named_modules():
+        if not isinstance(module, torch.nn.ModuleList) or len(module) != depth:
+            continue
+        lowered = name.lower()
+        if any(w in lowered for w in ("vision", "visual", "audio", "vit", "image", "mtp")):
+            continue
+        found.append(name)
+    plain = [n for n in found if "encoder." not in n.lower()]
+    return (plain or found or [None])[0]
+
+
+def layer_signature(module) -> tuple:
+    mods = tuple((n, type(m).__name__) for n, m in module.named_modules())
+    params = tuple((n, tuple(p.shape)) for n, p in module.named_parameters())
+    return mods, params
+
+
+def _text_dict(cfg_dict: dict, text_key: str | None) -> dict:
+    return cfg_dict.get(text_key, {}) if text_key else cfg_dict
+
+
+def compare(src_model, out_model, src_stack: str, kept: list[int], renames, src_cfg: dict, out_cfg: dict, text_key, depth: int) -> list[str]:
+    problems = []
+    out_layers = out_model.get_submodule(src_stack) if _has(out_model, src_stack) else None
+    src_layers = src_model.get_submodule(src_stack)
+    if out_layers is None:
+        return [f"output model has no {src_stack}"]
+    if len(out_layers) != len(kept):
+        problems.append(f"output builds {len(out_layers)} text layers, {len(kept)} kept")
+    for j, i in enumerate(kept[: len(out_layers)]):
+        a, b = layer_signature(src_layers[i]), layer_signature(out_layers[j])
+        if a != b:
+            diff = sorted(set(a[0]) ^ set(b[0]))[:2] or sorted(set(a[1]) ^ set(b[1]))[:2]
+            problems.append(f"output layer {j} differs from source layer {i}: {diff}")
+    prefix = src_stack + "."
+    src_rest = {n: s for n, s in state_entries(src_model).items() if not n.startswith(prefix)}
+    out_entries = state_entries(out_model)
+    out_rest = {n: s for n, s in out_entries.items() if not n.startswith(prefix)}
+    if src_rest != out_rest:
+        diff = sorted(set(src_rest.items()) ^ set(out_rest.items()))[:3]
+        problems.append(f"outside the text stack: {diff}")
+    src_entries = state_entries(src_model)
+    written = {new: src_entries[old][1] for old, new in renames if old in src_entries}
+    built = {n: s[1] for n, s in out_entries.items()}
+    if written != built:
+        missing = sorted(set(built) - set(written))[:3]
+        extra = sorted(set(written) - set(built))[:3]
+        shapes = sorted(n for n in set(written) & set(built) if written[n] != built[n])[:3]
+        problems.append(f"written tensors vs output model: missing {missing}, unexpected {extra}, shapes {shapes}")
+    s, o = _text_dict(src_cfg, text_key), _text_dict(out_cfg, text_key)
+    position = {old: new for new, old in enumerate(kept)}
+    for k, v in s.items():
+        if k == "architectures" or not isinstance(v, list):
+            continue
+        if v and all(type(x) is int for x in v) and v == sorted(set(v)) and (len(v) == depth and v == list(range(depth)) or k.endswith("layers")):
+            want = [position[i] for i in v if i in position]  # layer indices, renumbered
+            if o.get(k) != want:
+                problems.append(f"config {k}: {o.get(k)} != source indices renumbered {want}")
+        elif len(v) == depth:
+            want = [v[i] for i in kept]
+            if o.get(k) != want:
+                problems.append(f"config {k}: {o.get(k)} != source entries {want}")
+    return problems
+
+
+def uncovered_kinds(src_model, stack: str, kept: list[int], text_cfg: dict, depth: int) -> list[int]:
+    """Source layers whose signature (module classes, parameter shapes, per-layer config
+    entries) no kept layer has."""
+    layers = src_model.get_submodule(stack)
+    lists = {k: v for k, v in text_cfg.items() if isinstance(v, list) and len(v) == depth and k != "architectures"
+             and sorted(v, key=str) != list(range(depth))}  # a list naming every layer says nothing of one
+
+    def signature(i):
+        return layer_signature(layers[i]), json.dumps({k: v[i] for k, v in lists.items()}, sort_keys=True, default=str)
+
+    if max(kept) >= len(layers):
+        return [i for i in kept if i >= len(layers)]
+    have = {signature(i) for i in kept}
+    return [i for i in range(depth) if signature(i) not in have]
+
+
+def _has(model, name: str) -> bool:
+    try:
+        model.get_submodule(name)
+        return True
+    except AttributeError:
+        return False
+
+
+def make_source(model_type: str, root: Path, data: str = "sparse") -> Path:
+    """A checkpoint directory of ``model_type`` as the sweep builds it (config.json and one
+    safetensors file of the meta model's names, shapes and dtypes)."""
+    import torch
+    import transformers
+
+    from mxtrim_tui.synth.checkpoint import write_safetensors
+
+    cfg, _, _ = small_config(model_type)
+    model = build_meta(transformers, torch, dict(architectures())[model_type], cfg)
+    root.mkdir(parents=True)
+    cfg.save_pretrained(root)
+    write_safetensors(root / "model.safetensors", [(n, d, s) for n, (d, s) in state_entries(model).items()], data=data)
+    return root
+
+
+class Timeout(Exception):
+    pass
+
+
+def _alarm(signum, frame):
+    raise Timeout()
+
+
+def run_one(model_type: str, cls_name: str, workdir: Path, timeout: int = 120) -> Row:
+    import torch
+    import transformers
+
+    from mxtrim_tui.core.model.inventory import build_inventory
+    from mxtrim_tui.core.plan.build import Selection, build_plan
+    from mxtrim_tui.core.read.source import open_source
+    from mxtrim_tui.synth.checkpoint import write_safetensors
+
+    row = Row(model_type, cls_name)
+    t0 = time.perf_counter()
+    signal.signal(signal.SIGALRM, _alarm)
+    signal.alarm(timeout)
+    try:
+        try:
+            cfg, text_key, depth = small_config(model_type)
+            src_model = build_meta(transformers, torch, cls_name, cfg)
+        except Timeout:
+            raise
+        except Exception as exc:
+            row.detail = f"transformers cannot build it: {type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}"
+            return row
+        if getattr(cfg, "is_encoder_decoder", False):
+            row.detail = "encoder-decoder model (not a decoder-only target)"
+            return row
+        stack = text_stack(src_model, depth)
+        if stack is None:
+            row.detail = f"no text layer list of depth {depth} in {type(src_model).__name__}"
+            return row
+        src_dir = workdir / model_type
+        src_dir.mkdir(parents=True)
+        cfg.save_pretrained(src_dir)
+        entries = state_entries(src_model)
+        write_safetensors(src_dir / "model.safetensors", [(n, d, s) for n, (d, s) in entries.items()], data="sparse")
+        src_cfg = json.loads((src_dir / "config.json").read_text())
+        try:
+            inv = build_inventory(open_source(src_dir))
+        except Exception as exc:
+            row.outcome, row.detail = "refused", f"inventory: {exc}"
+            return row
+        for spec in (",".join(map(str, KEEP)), "auto"):
+            row.cases.append(_case(transformers, torch, inv, spec, src_model, stack, src_cfg, text_key, depth, cls_name, workdir / f"{model_type}-{spec}"))
+        outcomes = {c.outcome for c in row.cases}
+        row.outcome = "MISMATCH" if "MISMATCH" in outcomes else "refused" if "refused" in outcomes else "exact"
+        row.detail = "; ".join(f"{c.selection}: {c.detail}" for c in row.cases if c.detail)
+        return row
+    except Timeout:
+        row.detail = f"timed out after {timeout} s"
+        return row
+    finally:
+        signal.alarm(0)
+        row.seconds = time.perf_counter() - t0
+
+
+def _case(transformers, torch, inv, spec, src_model, stack, src_cfg, text_key, depth, cls_name, out_dir: Path) -> Case:
+    from mxtrim_tui.core.plan.build import Selection, build_plan
+
+    from mxtrim_tui.core.plan.transformers_check import checked_plan
+
+    try:
+        plan = checked_plan(build_plan(inv, Selection.parse([spec])))
+    except Exception as exc:
+        return Case(spec, "refused", f"{type(exc).__name__}: {exc}")
+    if plan.errors:
+        return Case(spec, "refused", plan.errors[0].message + (f" (fix: {plan.errors[0].fix})" if plan.errors[0].fix else ""))
+    kept = plan.kept.get("text", [])
+    out_dir.mkdir(parents=True)
+    out_cfg = plan.new_documents.get("config.json", inv.source.config)
+    (out_dir / "config.json").write_text(json.dumps(out_cfg))
+    try:
+        cfg = transformers.AutoConfig.from_pretrained(out_dir, local_files_only=True)
+        out_model = build_meta(transformers, torch, cls_name, cfg)
+    except Exception as exc:
+        return Case(spec, "MISMATCH", f"output config does not build: {type(exc).__name__}: {str(exc)[:150]}")
+    problems = compare(src_model, out_model, stack, kept, plan.renames, src_cfg, json.loads(cfg.to_json_string()), text_key, depth)
+    if spec == "auto":
+        missed = uncovered_kinds(src_model, stack, kept, _text_dict(src_cfg, text_key), depth)
+        if missed:
+            problems.append(f"the automatic set misses the kind of source layers {missed}")
+    if problems:
+        return Case(spec, "MISMATCH", f"kept {kept}: " + " | ".join(problems)[:400])
+    return Case(spec, "exact", "" if spec != "auto" else f"auto kept {kept}")
+
+
+def sweep(only: list[str] | None = None) -> list[Row]:
+    warnings.simplefilter("ignore")
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="mxtrim-sweep-") as tmp:
+        for model_type, cls_name in architectures():
+            if only and model_type not in only:
+                continue
+            row = run_one(model_type, cls_name, Path(tmp))
+            print(f"{row.outcome:9} {model_type:28} {row.seconds:5.1f}s {row.detail[:300]}", file=sys.stderr, flush=True)
+            rows.append(row)
+    return rows
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--only", default="")
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    rows = sweep([s for s in args.only.split(",") if s] or None)
+    counts = {}
+    for r in rows:
+        counts[r.outcome] = counts.get(r.outcome, 0) + 1
+    print(json.dumps(counts))
+    if args.json:
+        args.json.write_text(json.dumps([r.__dict__ | {"cases": [c.__dict__ for c in r.cases]} for r in rows], indent=1))
+    return 1 if counts.get("MISMATCH") else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,89 @@
+"""The plan checked against transformers: architectures without a family module trim to
+exactly the kept layers (names, shapes, per-layer modules, per-layer config entries) or are
+refused with the evidence and a selection that works; scalar fields are solved."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import pytest
+
+from benchmarks.architecture_sweep import architectures_map, make_source, run_one
+from engine_support import plan_for, run_cli
+from mxtrim_tui.core.plan.transformers_check import EXACT, MISMATCH, checked_plan
+
+warnings.simplefilter("ignore")
+
+# A fast share of benchmarks/architecture_sweep.py: one architecture per way a trim went wrong
+# before the check existed (depth alias, tensors outside the stacks, dense prefix, index lists,
+# config-only layer kinds, cyclic patterns, VLM wrappers, a rule about the last layer).
+EXACT_ARCHITECTURES = [
+    "llama", "gpt2", "bloom", "ernie4_5_moe", "kimi_k25", "cohere2", "granite_swa", "laguna",
+    "recurrent_gemma", "llava", "mistral3", "gemma3", "qwen3_moe", "mllama", "lfm2", "llama4_text",
+]
+
+
+@pytest.mark.parametrize("model_type", EXACT_ARCHITECTURES)
+def test_sweep_share_builds_exactly_the_kept_layers(model_type, tmp_path):
+    row = run_one(model_type, architectures_map()[model_type], tmp_path)
+    assert row.outcome == "exact", (row.detail, [c.__dict__ for c in row.cases])
+
+
+def test_a_rule_about_the_last_layer_is_refused_with_a_selection_that_works(tmp_path):
+    src = make_source("gpt_neox_japanese", tmp_path / "src")
+    r = run_cli("plan", str(src), "--keep", "0,1,4,5")
+    assert r.returncode == 1
+    assert "output layer 3 differs from source layer 5" in r.stdout
+    assert "--keep 0-1,4-5,7 builds exactly" in r.stdout
+    assert run_cli("plan", str(src), "--keep", "0-1,4-5,7").returncode == 0
+
+
+def test_refused_weights_trim_writes_nothing_and_force_writes_a_marked_output(tmp_path):
+    src = make_source("gpt_neox_japanese", tmp_path / "src", data="random")
+    out = tmp_path / "out"
+    r = run_cli("trim", str(src), "--mode", "weights", "--keep", "0,1,4,5", "--out", str(out))
+    assert r.returncode == 1 and "nothing written" in r.stderr
+    assert "attention.dense_bias" in r.stderr
+    assert not out.exists() and not list(tmp_path.glob(".out*"))
+    r = run_cli("trim", str(src), "--mode", "weights", "--keep", "0,1,4,5", "--out", str(out), "--force", "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["transformers_check"]["status"] == "mismatch"
+    assert any("written despite the check (--force)" in i["message"] for i in doc["issues"])
+    assert "written despite the check" in (out / "README.md").read_text()
+
+
+def test_a_dense_prefix_field_is_solved_against_transformers(tmp_path):
+    """Kimi-K2.5 (DeepSeek-V3 text inside a VLM wrapper, no family module): keeping dense layer 0
+    and MoE layers 4-5 needs first_k_dense_replace = 1 at the new indices."""
+    src = make_source("kimi_k25", tmp_path / "src")
+    plan = checked_plan(plan_for(src, ["0,4,5"]))
+    assert plan.transformers_check.status == EXACT
+    edit = next(e for e in plan.edits if e.path[-1] == "first_k_dense_replace")
+    assert edit.after == 1 and "solved against transformers' Kimi_K25ForConditionalGeneration" in edit.reason
+    assert plan.new_documents["config.json"]["text_config"]["first_k_dense_replace"] == 1
+
+
+def test_the_automatic_set_covers_kinds_only_transformers_distinguishes(tmp_path):
+    """RecurrentGemma's layer kinds come from a cyclic block_types pattern; the checkpoint
+    names alone would give one kind."""
+    src = make_source("recurrent_gemma", tmp_path / "src")
+    plan = checked_plan(plan_for(src, ["auto"]))
+    assert plan.transformers_check.status == EXACT
+    assert plan.kept["text"] == [0, 2]
+    assert plan.new_documents["config.json"]["block_types"] == ["recurrent", "attention"]
+
+
+def test_the_check_can_fail(tmp_path):
+    """A plan whose config rewrite is undone builds 8 layers where 4 are kept: mismatch."""
+    import dataclasses
+
+    from mxtrim_tui.core.plan.transformers_check import check_plan
+
+    src = make_source("llama", tmp_path / "src")
+    plan = plan_for(src, ["0,1,4,5"])
+    undone = dataclasses.replace(plan, new_documents={"config.json": plan.inventory.source.config})
+    _, check = check_plan(undone)
+    assert check.status == MISMATCH
+    assert "the output config builds 8 text layers, 4 are kept" in check.problems[0]
