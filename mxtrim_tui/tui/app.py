@@ -202,10 +202,12 @@ class MxtrimApp(App):
         from ..core.read.source import open_source
 
         from ..core.plan.build import Selection, build_plan
+        from ..core.plan.transformers_check import checked_plan
 
         inv = build_inventory(open_source(path))
-        # the automatic selection straight away: every later step has a plan to show
-        return path, inv, build_plan(inv, Selection({}, None))
+        # the automatic selection straight away, checked against transformers as `mxtrim trim`
+        # checks it: every later step has the plan that will be written
+        return path, inv, checked_plan(build_plan(inv, Selection({}, None)))
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         worker = event.worker

@@ -115,14 +115,16 @@ class Builder:
         self.model_class = None
         if self.unavailable:
             return
-        if config.get("auto_map"):
-            self.unavailable = "the architecture needs the model's own code (auto_map), which mxtrim never executes"
-            return
         model_type = config.get("model_type")
         from transformers import CONFIG_MAPPING
 
+        # transformers' own class when it has one (as trust_remote_code=False loads it); the
+        # model's auto_map code is never executed.
         if not isinstance(model_type, str) or model_type not in CONFIG_MAPPING:
-            self.unavailable = f"transformers {self.transformers.__version__} does not know model_type {model_type!r}"
+            if config.get("auto_map"):
+                self.unavailable = "the architecture needs the model's own code (auto_map), which mxtrim never executes"
+            else:
+                self.unavailable = f"transformers {self.transformers.__version__} does not know model_type {model_type!r}"
             return
         self.config_class = CONFIG_MAPPING[model_type]
         self.model_class = self._model_class(config)
@@ -216,6 +218,7 @@ class SourceModel:
     config_lists: dict[str, list]
     outside: dict[str, tuple]  # parameters outside the text stack -> shape
     class_name: str
+    model: object = None  # the source model on meta (reused for the loader's report)
 
 
 def _outside(model, stack_path: str) -> dict[str, tuple]:
@@ -263,7 +266,7 @@ def _describe_source_cached(_ident: int, key: _Key) -> SourceModel | str:
     layers = model.get_submodule(path)
     return SourceModel(
         builder, path, [module_signature(l) for l in layers], per_layer_entries(_text_dict(cfg), depth),
-        _outside(model, path), type(model).__name__,
+        _outside(model, path), type(model).__name__, model,
     )
 
 
@@ -455,14 +458,16 @@ def nearest_selection(src: SourceModel, check_cfg, kept: list[int], depth: int) 
 
 
 # --- the tensors the output will hold, through transformers' loader ---------------------
-def _loader_report(builder: Builder, cfg_dict: dict, shapes: dict[str, tuple]) -> tuple[set, set, set]:
+def _loader_report(builder: Builder, cfg_dict: dict, shapes: dict[str, tuple], model=None) -> tuple[set, set, set]:
     """(missing, unexpected, mis-shaped) names when transformers' own loader (key conversions
-    applied) loads tensors of these names and shapes into a model built from ``cfg_dict``."""
+    applied) loads tensors of these names and shapes into a model built from ``cfg_dict``
+    (or into ``model``, already built from it)."""
     from ..write.structure_check import _load_with_transformers
 
     torch = builder.torch
     with _quiet():
-        _, model = builder.build(cfg_dict)
+        if model is None:
+            _, model = builder.build(cfg_dict)
         feed = {n: torch.empty(s, dtype=torch.bfloat16, device="meta") for n, s in shapes.items()}
         missing, unexpected, mismatched, _ = _load_with_transformers(model, feed)
     return set(missing), set(unexpected), {n for n, _, _ in mismatched}
@@ -493,7 +498,7 @@ def tensor_problems(plan, src: SourceModel, out_cfg: dict, feeds: tuple[dict, di
     prefixes = {re.escape(src.stack_path + ".")} | {re.escape(l.prefix) for l in text.layers}
     patterns = [re.compile(rf"^({p})(\d+)(?=\.)") for p in prefixes]
     try:
-        before = _loader_report(src.builder, plan.inventory.source.config, feeds[0])
+        before = _loader_report(src.builder, plan.inventory.source.config, feeds[0], src.model)
         after = _loader_report(src.builder, out_cfg, feeds[1])
     except Exception as exc:  # loader internals of another transformers version
         return [f"transformers' loader could not be run ({_first_line(exc)})"]

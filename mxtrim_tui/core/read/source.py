@@ -3,7 +3,13 @@
 It reads ``config.json`` (and its nested sub-configs), side quantization files, the
 safetensors index and every shard header (strictly validated), and classifies every other
 file by name *and* content. It never imports torch and never executes code from the
-directory; custom code referenced by ``auto_map`` is only listed.
+directory; custom code referenced by ``auto_map`` is only listed (and read as text, for the
+file names a tokenizer module names).
+
+Tokenizer files are recognised by what they are: by name (``tokenizer.*``, ``*tiktoken*``,
+``vocab*``, ``merges*``, ``spiece*``), by content (SentencePiece, tiktoken rank files), and by
+reference (a string in a tokenizer or processor config, or a quoted name in the tokenizer's
+``auto_map`` module, that names a file of the directory).
 """
 
 from __future__ import annotations
@@ -49,8 +55,32 @@ class FileKind(str, Enum):
     GENERATION_CONFIG = "generation config"
     PROCESSOR_CONFIG = "processor config"
     CUSTOM_CODE = "custom code"
+    QUANT_RECIPE = "quantizer recipe"
     DOCUMENTATION = "documentation"
     UNKNOWN = "unknown"
+
+
+# Names that are a tokenizer's whatever their content (lower-cased file name).
+_TOKENIZER_NAME = re.compile(r"tokenizer\..+|.*tiktoken.*|vocab.*|merges.*|spiece.*")
+# Quantizer recipes (llm-compressor ``recipe.yaml``, LLMC ``*qconfig*.yaml``, ``quant*.yaml``...):
+# not read by loaders, copied and labelled.
+_RECIPE_NAME = re.compile(r"(.*qconfig.*|recipe.*|.*_recipe|quant.*)\.(ya?ml|json|toml)")
+# Files named like weights in another format: never copied, whatever their size.
+WEIGHT_LIKE_SUFFIXES = (
+    ".bin", ".pt", ".pth", ".ckpt", ".gguf", ".ggml", ".h5", ".hdf5", ".msgpack", ".npz", ".npy",
+    ".onnx", ".tflite", ".ot", ".pdparams", ".pkl", ".pickle", ".joblib", ".distcp", ".nemo",
+)
+# Magic numbers of weight containers: a file that starts with one is never copied.
+_WEIGHT_MAGIC = (
+    (b"PK\x03\x04", "PyTorch zip archive"),
+    (b"GGUF", "GGUF file"),
+    (b"\x93NUMPY", "NumPy array"),
+    (b"\x89HDF", "HDF5 file"),
+)
+TIKTOKEN_DETAIL = "tiktoken BPE ranks (base64 lines)"
+BROKEN_SYMLINK = "broken symlink"
+# Tokenizer and processor configs whose string values may name the files they need.
+_REFERENCING_CONFIGS = (FileKind.TOKENIZER_CONFIG, FileKind.PROCESSOR_CONFIG)
 
 
 @dataclass(frozen=True)
@@ -60,6 +90,9 @@ class SourceFile:
     size: int
     detail: str = ""
     symlink_target: str | None = None  # where a symlink points (as written in the link)
+    # Why no output ever takes this file over, whatever its size ("": nothing against it):
+    # set for a broken symlink and for an unknown file named or shaped like weights.
+    never_copy: str = ""
 
     @property
     def is_symlink(self) -> bool:
@@ -172,6 +205,54 @@ def _looks_like_sentencepiece(path: str) -> bool:
     return i + 1 < len(head) and head[i + 1] == 0x0A
 
 
+_TIKTOKEN_LINE = re.compile(rb"[A-Za-z0-9+/]+={0,2} [0-9]+\r?")
+
+
+def _looks_like_tiktoken(path: str) -> bool:
+    """A tiktoken rank file: lines ``<base64 token> <rank>`` (the first 4 KiB are checked;
+    blank lines are skipped, as tiktoken's loader does)."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(4097)
+    except OSError:
+        return False
+    lines = head[:4096].split(b"\n")
+    if len(head) > 4096:
+        lines.pop()  # cut short: the last line is not judged
+    lines = [line for line in lines if line]
+    return bool(lines) and all(_TIKTOKEN_LINE.fullmatch(line) for line in lines)
+
+
+def _head(path: str, n: int = 8) -> bytes:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(n)
+    except OSError:
+        return b""
+
+
+def _weight_like(lower: str, path: str) -> str:
+    """Why an unknown file is taken for weights ("" when it is not): its name or its magic."""
+    head = _head(path)
+    for magic, what in _WEIGHT_MAGIC:
+        if head.startswith(magic):
+            return f"{what}: weights are never copied"
+    if lower.endswith(WEIGHT_LIKE_SUFFIXES):
+        return f"named like weights ({PurePosixPath(lower).suffix}): never copied"
+    return ""
+
+
+def _named_kind(lower: str, kind: FileKind, detail: str) -> tuple[FileKind, str]:
+    """What an unknown file is by its name alone: a tokenizer file or a quantizer recipe."""
+    if kind is not FileKind.UNKNOWN:
+        return kind, detail
+    if _TOKENIZER_NAME.fullmatch(lower):
+        return FileKind.TOKENIZER, detail or "tokenizer file by its name"
+    if _RECIPE_NAME.fullmatch(lower):
+        return FileKind.QUANT_RECIPE, "a quantization tool's recipe (not read by loaders)"
+    return kind, detail
+
+
 _UNREADABLE = object()  # what _read_json gives for a file that is absent, unreadable or not JSON
 
 
@@ -248,37 +329,128 @@ def _classify(rel: str, path: str, auto_map_files: set[str], shard_paths: set[st
     if lower.endswith(".safetensors"):
         return FileKind.WEIGHTS, "safetensors file not referenced by the index (loaders ignore it)"
     if lower.endswith(".json"):
-        return _classify_json(name, path, parsed)
+        return _named_kind(lower, *_classify_json(name, path, parsed))
     if lower.endswith(".jinja"):
         return FileKind.CHAT_TEMPLATE, ""
     if lower.endswith(".py"):
         if rel in auto_map_files:
             return FileKind.CUSTOM_CODE, "referenced by auto_map (not executed)"
         return FileKind.CUSTOM_CODE, "Python file not referenced by auto_map (not executed)"
-    if lower.endswith(".model") or lower.endswith(".spm"):
+    if lower.endswith((".model", ".spm")):
         if _looks_like_sentencepiece(path):
             return FileKind.TOKENIZER, "SentencePiece model"
-        return FileKind.UNKNOWN, ".model file that is not a SentencePiece model"
+        if _looks_like_tiktoken(path):
+            return FileKind.TOKENIZER, TIKTOKEN_DETAIL
+        return _named_kind(lower, FileKind.UNKNOWN, ".model file that is not a SentencePiece model")
     if lower in ("merges.txt",):
         return FileKind.TOKENIZER, "BPE merges"
-    if lower in ("vocab.txt", "spiece.vocab") or lower.endswith(".tiktoken"):
+    if lower in ("vocab.txt", "spiece.vocab"):
         return FileKind.TOKENIZER, "vocabulary"
-    if lower.endswith((".bin", ".pt", ".pth", ".ckpt", ".gguf", ".h5", ".msgpack", ".npz")):
-        try:
-            with open(path, "rb") as fh:
-                magic = fh.read(4)
-        except OSError:
-            magic = b""
+    if "tiktoken" in lower:
+        return FileKind.TOKENIZER, TIKTOKEN_DETAIL if _looks_like_tiktoken(path) else "tiktoken file by its name"
+    if lower.endswith(WEIGHT_LIKE_SUFFIXES):
+        magic = _head(path, 4)
         if magic[:2] == b"PK":
             return FileKind.OTHER_WEIGHTS, "PyTorch zip archive (not read; safetensors is used)"
         if magic == b"GGUF":
             return FileKind.OTHER_WEIGHTS, "GGUF file (not read)"
-        return FileKind.UNKNOWN, "binary file of unknown format"
+        return _named_kind(lower, FileKind.UNKNOWN, "binary file of unknown format")
+    if _TOKENIZER_NAME.fullmatch(lower):
+        return FileKind.TOKENIZER, "tokenizer file by its name"
+    if _RECIPE_NAME.fullmatch(lower):
+        return FileKind.QUANT_RECIPE, "a quantization tool's recipe (not read by loaders)"
     if lower.startswith(("readme", "license", "licence", "notice", "use_policy")) or lower.endswith(
         (".md", ".txt", ".rst", ".pdf", ".png", ".jpg", ".jpeg", ".gif", ".svg")
     ):
         return FileKind.DOCUMENTATION, ""
     return FileKind.UNKNOWN, ""
+
+
+# A quoted string in Python source (for the file names a tokenizer module names).
+_PY_STRING = re.compile(r"""(?<![A-Za-z0-9_])[rRbBuU]?(["'])([^"'\\\n]{1,255})\1""")
+_CODE_READ_LIMIT = 1 << 20
+
+
+def _config_strings(obj, depth: int = 0):
+    """Every string value (not key) in a parsed JSON document."""
+    if isinstance(obj, str):
+        yield obj
+    elif depth < 32 and isinstance(obj, dict):
+        for v in obj.values():
+            yield from _config_strings(v, depth + 1)
+    elif depth < 32 and isinstance(obj, list):
+        for v in obj:
+            yield from _config_strings(v, depth + 1)
+
+
+def _code_strings(path: Path):
+    """The quoted strings of a Python file (read as text, never executed; the first MiB)."""
+    try:
+        with open(path, "rb") as fh:
+            text = fh.read(_CODE_READ_LIMIT).decode("utf-8", "replace")
+    except OSError:
+        return []
+    return [m.group(2) for m in _PY_STRING.finditer(text)]
+
+
+def _resolve_reference(base: PurePosixPath, value: str, present: set[str]) -> str | None:
+    """The directory's file that ``value`` (a string found in a file of ``base``) names, if any."""
+    if not value or len(value) > 255 or "\n" in value or _looks_absolute(value):
+        return None
+    parts = []
+    for part in (base / value).parts:
+        if part == "..":
+            if not parts:
+                return None
+            parts.pop()
+        elif part != ".":
+            parts.append(part)
+    rel = "/".join(parts)
+    return rel if rel in present else None
+
+
+def _referenced_files(root: Path, files: list[SourceFile], parsed: dict, tokenizer_modules: set[str]) -> dict[str, str]:
+    """Files named by a tokenizer / processor config (any string value) or by a tokenizer
+    module of ``auto_map`` (a quoted string): relative path -> what names it (a config
+    first)."""
+    present = {f.path for f in files}
+    refs: dict[str, str] = {}
+
+    def note(by: str, strings) -> None:
+        base = PurePosixPath(by).parent
+        for value in strings:
+            rel = _resolve_reference(base, value, present)
+            if rel is not None and rel != by:
+                refs.setdefault(rel, by)
+
+    for f in files:
+        if f.kind in _REFERENCING_CONFIGS:
+            doc = parsed[f.path] if f.path in parsed else _read_json(root / f.path)
+            note(f.path, _config_strings(doc) if doc is not _UNREADABLE else ())
+    for f in files:
+        if f.kind is FileKind.CUSTOM_CODE and f.path in tokenizer_modules:
+            note(f.path, _code_strings(root / f.path))
+    return refs
+
+
+# Kinds a reference from a tokenizer / processor config turns into a tokenizer file.
+_REFERENCE_OVERRIDES = (FileKind.UNKNOWN, FileKind.DOCUMENTATION)
+
+
+def _apply_references(root: Path, files: list[SourceFile], refs: dict[str, str]) -> list[SourceFile]:
+    """``files`` with each one a config or tokenizer module names made a tokenizer file (what
+    its content says, when anything, kept in the detail)."""
+    out = []
+    for f in files:
+        by = refs.get(f.path)
+        if by is not None and f.kind in _REFERENCE_OVERRIDES and f.never_copy != BROKEN_SYMLINK:
+            sniff = f.detail if f.kind is FileKind.UNKNOWN else ""
+            if not sniff and _looks_like_tiktoken(str(root / f.path)):
+                sniff = TIKTOKEN_DETAIL
+            detail = f"referenced by {by}" + (f"; {sniff}" if sniff else "")
+            f = SourceFile(f.path, FileKind.TOKENIZER, f.size, detail, f.symlink_target)
+        out.append(f)
+    return out
 
 
 def _shard_of_each_tensor(shards: dict) -> dict[str, str]:
@@ -635,7 +807,8 @@ def _open_source(root: Path) -> ModelSource:
 
     # --- every file in the directory, classified
     tok_cfg = _read_json(root / "tokenizer_config.json")
-    auto_map_files = _auto_map_modules(config, tok_cfg if isinstance(tok_cfg, dict) else {}, *nested.values())
+    tokenizer_modules = _auto_map_modules(tok_cfg if isinstance(tok_cfg, dict) else {})
+    auto_map_files = _auto_map_modules(config, *nested.values()) | tokenizer_modules
     parsed = {"tokenizer_config.json": tok_cfg}  # read once, classified below
     files: list[SourceFile] = []
     shard_set = set(shards)
@@ -645,10 +818,14 @@ def _open_source(root: Path) -> ModelSource:
             size = entry.stat().st_size
         except FileNotFoundError:
             warnings.append(f"{rel}: broken symlink (-> {link})")
-            files.append(SourceFile(rel, FileKind.UNKNOWN, 0, "broken symlink", link))
+            files.append(SourceFile(rel, FileKind.UNKNOWN, 0, BROKEN_SYMLINK, link, never_copy=BROKEN_SYMLINK))
             continue
         kind, detail = _classify(rel, entry.path, auto_map_files, shard_set, parsed.get(rel))
-        files.append(SourceFile(rel, kind, size, detail, link))
+        never = _weight_like(rel.lower(), entry.path) if kind is FileKind.UNKNOWN else ""
+        files.append(SourceFile(rel, kind, size, detail, link, never))
+    refs = _referenced_files(root, files, parsed, tokenizer_modules)
+    if refs:
+        files = _apply_references(root, files, refs)
     for module in sorted(auto_map_files):
         if not (root / module).exists():
             warnings.append(f"auto_map refers to {module}, which is not in the directory")

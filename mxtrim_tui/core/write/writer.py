@@ -23,7 +23,8 @@ from ..read.source import FileKind
 from ..units import human_bytes
 
 DEFAULT_MODELS_DIR = Path("tools") / "batched_test" / "models"
-# What a dummy directory needs besides the rewritten config (seed: "Generate the output directory").
+# What a dummy directory needs besides the rewritten config (seed: "Generate the output directory"):
+# copied whatever their size.
 ASSET_KINDS = (
     FileKind.TOKENIZER,
     FileKind.TOKENIZER_CONFIG,
@@ -32,6 +33,16 @@ ASSET_KINDS = (
     FileKind.PROCESSOR_CONFIG,
     FileKind.CUSTOM_CODE,
 )
+# Side files: every other non-weight file (quantizer recipes, unknown files), copied when no
+# larger than SIDE_FILE_LIMIT_BYTES and not named or shaped like weights.
+SIDE_KINDS = (FileKind.QUANT_RECIPE, FileKind.UNKNOWN)
+SIDE_FILE_LIMIT_BYTES = 16 * 1024 * 1024
+OVER_SIDE_LIMIT = f"over the {SIDE_FILE_LIMIT_BYTES // (1024 * 1024)} MiB limit for unknown files"
+# Why a file of these kinds is not copied (weight shards and their index: the report's own line).
+NOT_COPIED_REASONS = {
+    FileKind.OTHER_WEIGHTS: "weights are never copied",
+    FileKind.DOCUMENTATION: "not needed to load or serve (the output's README.md is mxtrim's report)",
+}
 PLAN_NAME = "mxtrim-plan.json"
 README_NAME = "README.md"
 # Files a dummy trim writes itself; a source asset of the same name is not copied over them.
@@ -173,24 +184,45 @@ def prepare_output(plan: TrimPlan, out: Path) -> Path:
     return check_output_location(out, plan.inventory.source.root)
 
 
+def is_copied_kind(f) -> bool:
+    """Whether a source file is of a kind an output takes over: an asset, or a small side file
+    that is not weights (names reserved by mxtrim aside)."""
+    if f.kind in ASSET_KINDS:
+        return True
+    return f.kind in SIDE_KINDS and not f.never_copy and f.size <= SIDE_FILE_LIMIT_BYTES
+
+
 def asset_files(plan: TrimPlan, reserved=frozenset()):
-    """Source files copied into every output (tokenizer, templates, generation/processor
-    configs, custom code), excluding those rewritten by the plan and the ``reserved`` names
-    mxtrim writes itself."""
+    """Source files copied into every output (tokenizer files, templates, generation/processor
+    configs, custom code, and side files: quantizer recipes and other small non-weight files),
+    excluding those rewritten by the plan and the ``reserved`` names mxtrim writes itself."""
     return [
         f for f in plan.inventory.source.files
-        if f.path not in plan.new_documents and f.kind in ASSET_KINDS and f.path not in reserved
+        if f.path not in plan.new_documents and is_copied_kind(f) and f.path not in reserved
     ]
 
 
+def not_copied_reason(f) -> str:
+    """Why ``f`` (a file of a kind never copied, or a side file left out) is not copied."""
+    if f.never_copy:
+        return f.never_copy
+    if f.kind in SIDE_KINDS:
+        return OVER_SIDE_LIMIT if f.size > SIDE_FILE_LIMIT_BYTES else ""
+    return NOT_COPIED_REASONS.get(f.kind, "")
+
+
 def not_copied_files(plan: TrimPlan, reserved=frozenset()) -> list[dict]:
-    """Report entries for the source files an output does not take over."""
+    """Report entries for the source files an output does not take over, each with why."""
     out = []
     for f in plan.inventory.source.files:
-        if f.path in plan.new_documents or (f.kind in ASSET_KINDS and f.path not in reserved):
+        copied = is_copied_kind(f)
+        if f.path in plan.new_documents or (copied and f.path not in reserved):
             continue
-        detail = f"{f.detail + '; ' if f.detail else ''}name taken by mxtrim's own output" if f.kind in ASSET_KINDS else f.detail
-        out.append({"path": f.path, "kind": f.kind.value, "detail": detail})
+        reason = "name taken by mxtrim's own output" if copied else not_copied_reason(f)
+        parts = [f.detail] if f.detail else []
+        if reason and reason != f.detail:
+            parts.append(reason)
+        out.append({"path": f.path, "kind": f.kind.value, "detail": "; ".join(parts)})
     return out
 
 

@@ -70,7 +70,9 @@ class SelectionScreen(WizardScreen):
     @work(thread=True, exclusive=True, group="plan", exit_on_error=False)
     def replan(self) -> None:
         st = self.app.state
-        plan = build_plan(st.inventory, st.selection())
+        from ...core.plan.transformers_check import checked_plan
+
+        plan = checked_plan(build_plan(st.inventory, st.selection()))
         self.app.call_from_thread(self._planned, plan)
 
     def _planned(self, plan) -> None:
