@@ -15,7 +15,7 @@ from textual.widgets._footer import FooterKey
 from mxtrim_tui.core.probe.gpu import GpuProbe
 from mxtrim_tui.demo.build import build_demo
 from mxtrim_tui.tui.app import MxtrimApp
-from tui_support import plain, settle, wait_for
+from tui_support import plain, plan_checked, settle, wait_for
 
 NO_GPU = lambda: GpuProbe("none", False, "no GPU in this test")  # noqa: E731
 SIZE = (80, 24)
@@ -343,12 +343,14 @@ async def test_counts_agree_with_what_is_listed_and_written(tmp_path, demo):
         await pilot.press("e")
         await replace_text(app, pilot, "#spec", str(last))
         await pilot.press("enter")
+        assert await wait_for(pilot, lambda: plan_checked(app) and app.state.plan.kept["text"] == [last])
         await settle(app, pilot)
         listed = plain(app.screen.query_one("#issues-view")).count("⚠")
         summary = plain(app.screen.query_one("#selection-summary"))
         assert listed > 0 and f"⚠ {listed}" in summary
         # `a`: the spec box no longer shows the old spec
         await pilot.press("a")
+        assert await wait_for(pilot, lambda: plan_checked(app) and app.state.plan.auto.get("text"))
         await settle(app, pilot)
         assert app.screen.query_one("#spec", Input).value == ""
         # the size shown before writing is what is written, README and plan included

@@ -18,7 +18,7 @@ from mxtrim_tui.core.probe.gpu import GpuProbe
 from mxtrim_tui.demo.build import build_demo
 from mxtrim_tui.tui.app import MxtrimApp
 from mxtrim_tui.tui.screens.run import RunScreen
-from tui_support import settle, wait_for
+from tui_support import plan_checked, settle, wait_for
 
 FIXTURES = Path("/tmp/mxtrim-snapshot-fixtures")
 DiskUsage = namedtuple("DiskUsage", "total used free")
@@ -70,8 +70,7 @@ async def _ready(app, pilot, presses: int) -> None:
     for _ in range(presses):
         await pilot.press("ctrl+n")
         await settle(app, pilot)
-    if app.screen.id == "selection":
-        await wait_for(pilot, lambda: app.state.plan is not None)
+    await wait_for(pilot, lambda: plan_checked(app))
     await settle(app, pilot)
     app.clear_notifications()
     await pilot.pause(0.05)

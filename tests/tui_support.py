@@ -42,3 +42,9 @@ def plain(widget, width: int = 200) -> str:
     console = Console(width=width, record=True, color_system=None, force_terminal=False, file=open("/dev/null", "w"))
     console.print(content)
     return console.export_text()
+
+
+def plan_checked(app) -> bool:
+    """The wizard's plan exists and has been checked against transformers (as written)."""
+    plan = app.state.plan
+    return plan is not None and (bool(plan.errors) or plan.transformers_check is not None)

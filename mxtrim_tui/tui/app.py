@@ -202,18 +202,35 @@ class MxtrimApp(App):
         from ..core.read.source import open_source
 
         from ..core.plan.build import Selection, build_plan
-        from ..core.plan.transformers_check import checked_plan
 
         inv = build_inventory(open_source(path))
-        # the automatic selection straight away, checked against transformers as `mxtrim trim`
-        # checks it: every later step has the plan that will be written
-        return path, inv, checked_plan(build_plan(inv, Selection({}, None)))
+        # the automatic selection straight away: every later step has a plan to show (checked
+        # against transformers next, in its own worker)
+        return path, inv, build_plan(inv, Selection({}, None))
+
+    # --- the plan checked against transformers (thread worker) ---------------------------
+    @work(thread=True, exclusive=True, group="check", exit_on_error=False)
+    def check_plan(self, plan) -> None:
+        """Check ``plan`` as `mxtrim trim` will; the result replaces it if still current."""
+        from ..core.plan.transformers_check import checked_plan
+
+        checked = checked_plan(plan)
+        self.call_from_thread(self._plan_checked, plan, checked)
+
+    def _plan_checked(self, plan, checked) -> None:
+        if self.state.plan is not plan:
+            return  # the selection changed meanwhile; its own check follows
+        self.state.plan = checked
+        selection = self.get_screen("selection")
+        if selection.is_mounted:
+            selection.show_plan(checked)
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         worker = event.worker
         if event.state == WorkerState.SUCCESS and worker.group == "load":
             path, inv, plan = worker.result
             self.state = WizardState(source_path=path, inventory=inv, plan=plan, workspace=self.state.workspace)
+            self.check_plan(plan)
             remember_source(path.resolve())
             self.get_screen("source").refresh_view()
             self.call_after_refresh(self._mark, "inventory_ready")

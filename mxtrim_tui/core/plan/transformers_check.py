@@ -598,7 +598,11 @@ def checked_plan(plan, *, force: bool = False):
 
     from .build import Issue, Selection, build_plan
 
-    plan, check = check_plan(plan)
+    try:
+        plan, check = check_plan(plan)
+    except Exception as exc:  # transformers internals this version does not have, a class that raises
+        check = TransformersCheck(NOT_CHECKED, f"the check could not run ({_first_line(exc)})")
+        return dataclasses.replace(plan, transformers_check=check)
     inv = plan.inventory
     if check.status == MISMATCH and plan.auto.get("text"):
         kept = plan.kept["text"]

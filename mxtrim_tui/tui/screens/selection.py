@@ -70,14 +70,14 @@ class SelectionScreen(WizardScreen):
     @work(thread=True, exclusive=True, group="plan", exit_on_error=False)
     def replan(self) -> None:
         st = self.app.state
-        from ...core.plan.transformers_check import checked_plan
-
-        plan = checked_plan(build_plan(st.inventory, st.selection()))
+        plan = build_plan(st.inventory, st.selection())
         self.app.call_from_thread(self._planned, plan)
 
     def _planned(self, plan) -> None:
         self.app.state.plan = plan
         self.show_plan(plan)
+        if not plan.errors:
+            self.app.check_plan(plan)
 
     def show_plan(self, plan) -> None:
         inv = plan.inventory
@@ -108,6 +108,13 @@ class SelectionScreen(WizardScreen):
         if "mtp" in inv.submodels:
             status.append(f" · MTP {'kept' if plan.mtp_kept else 'dropped'}")
         status.append(f" · {human_bytes(plan.retained_bytes)}")
+        check = plan.transformers_check
+        if not plan.errors:
+            if check is None:
+                status.append(" · checking against transformers…", style="dim")
+            else:
+                style = {"exact": "green", "mismatch": "bold red"}.get(check.status, "dim")
+                status.append(f" · transformers: {check.status}", style=style)
         if errors:
             status.append(f" · ✗ {errors} blocking", style="bold red")
         if warnings:
