@@ -72,15 +72,31 @@ class Row:
 
 
 def architectures() -> list[tuple[str, str]]:
+    """(model_type, class name): the causal-LM class, or the image-text one where the causal-LM
+    class takes another config than the model type's (Qwen3.5, Llama 4: their text config)."""
+    import transformers
+    from transformers import CONFIG_MAPPING
     from transformers.models.auto.modeling_auto import (
         MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
         MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES,
     )
 
+    def first(cls):
+        return cls if isinstance(cls, str) else cls[0]
+
     seen: dict[str, str] = {}
-    for mapping in (MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES):
-        for model_type, cls in mapping.items():
-            seen.setdefault(model_type, cls if isinstance(cls, str) else cls[0])
+    for model_type, cls in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.items():
+        seen[model_type] = first(cls)
+        vlm = MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES.get(model_type)
+        if vlm is not None and model_type in CONFIG_MAPPING:
+            try:
+                takes = getattr(getattr(transformers, first(cls)), "config_class", None)
+            except (AttributeError, ImportError):
+                takes = None
+            if takes is not None and takes is not CONFIG_MAPPING[model_type]:
+                seen[model_type] = first(vlm)
+    for model_type, cls in MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES.items():
+        seen.setdefault(model_type, first(cls))
     return sorted(seen.items())
 
 
@@ -92,22 +108,39 @@ def _depth_key(cfg_cls) -> str:
     return (getattr(cfg_cls, "attribute_map", None) or {}).get("num_hidden_layers", "num_hidden_layers")
 
 
-def _shrink(d: dict, depth: int | None, cfg_cls) -> dict:
-    """Narrow widths; set the depth; drop per-layer lists so the class regenerates them."""
-    old_depth = d.get(_depth_key(cfg_cls)) if cfg_cls is not None else None
+def _old_depth(d: dict, cfg_cls) -> int | None:
+    """The depth of a config dict: its depth field, else the length of its per-layer type list."""
+    value = d.get(_depth_key(cfg_cls)) if cfg_cls is not None else d.get("num_hidden_layers")
+    if isinstance(value, int):
+        return value
+    for key in ("layers_block_type", "layer_types", "block_types"):
+        if isinstance(d.get(key), list) and d[key]:
+            return len(d[key])
+    return None
+
+
+def _shrink(d: dict, depth: int | None, cfg_cls, narrow: bool, lists: str) -> dict:
+    """Narrow widths (``narrow``); set the depth; per-layer lists dropped so the class
+    regenerates them (``lists="drop"``) or cycled to the new depth (``"cycle"``)."""
+    old_depth = _old_depth(d, cfg_cls)
     out = {}
     for k, v in d.items():
-        if isinstance(old_depth, int) and isinstance(v, list) and len(v) == old_depth and depth is not None:
-            continue
-        if k in SMALL and isinstance(v, int) and not isinstance(v, bool) and v > SMALL[k]:
-            v = SMALL[k]
+        if depth is not None and isinstance(old_depth, int) and isinstance(v, list) and len(v) == old_depth:
+            if lists == "drop":
+                continue
+            v = [v[i % len(v)] for i in range(depth)]
+        if narrow and k in SMALL and not isinstance(v, bool):
+            if v is None and k in ("n_routed_experts", "num_experts", "num_local_experts"):
+                v = SMALL[k]
+            elif isinstance(v, int) and v > SMALL[k]:
+                v = SMALL[k]
         out[k] = v
-    if depth is not None and cfg_cls is not None:
-        out[_depth_key(cfg_cls)] = depth
+    if depth is not None and (_depth_key(cfg_cls) in d or not any(isinstance(x, list) and len(x) == depth for x in out.values())):
+        out[_depth_key(cfg_cls) if cfg_cls is not None else "num_hidden_layers"] = depth
     return out
 
 
-def _variant(cfg_cls, base: dict, text_key: str | None, subs: dict, depth: int | None, shrink: bool) -> dict:
+def _variant(cfg_cls, base: dict, text_key: str | None, subs: dict, depth: int | None, narrow: bool, lists: str) -> dict:
     from transformers import CONFIG_MAPPING
 
     d = dict(base)
@@ -117,24 +150,27 @@ def _variant(cfg_cls, base: dict, text_key: str | None, subs: dict, depth: int |
             continue
         sub_real = sub_cls if isinstance(sub_cls, type) else CONFIG_MAPPING.get(value.get("model_type"))
         if key == text_key:
-            d[key] = _shrink(value, depth, sub_real) if shrink or depth else value
-        elif shrink:
-            d[key] = _shrink(value, None, None)
+            d[key] = _shrink(value, depth, sub_real, narrow, lists)
+        elif narrow:
+            d[key] = _shrink(value, None, None, narrow, lists)
     if text_key is None:
-        if shrink or depth:
-            d = _shrink(d, depth, cfg_cls) if shrink else {**d, _depth_key(cfg_cls): depth}
-    elif shrink:
-        for k in SMALL:
-            if k in d and isinstance(d[k], int) and not isinstance(d[k], bool) and d[k] > SMALL[k]:
-                d[k] = SMALL[k]
+        d = _shrink(d, depth, cfg_cls, narrow, lists)
+    elif narrow:
+        d = {k: (SMALL[k] if k in SMALL and isinstance(v, int) and not isinstance(v, bool) and v > SMALL[k] else v) for k, v in d.items()}
     d.pop("model_type", None)
     d.pop("transformers_version", None)
     return d
 
 
-def small_config(model_type: str):
+VARIANTS = [(DEPTH, True, "drop"), (DEPTH, True, "cycle"), (DEPTH, False, "drop"), (DEPTH, False, "cycle"), (None, True, "drop"), (None, False, "drop")]
+
+
+def small_config(model_type: str, cls_name: str | None = None):
     """(config, text sub-config key or None, text depth): the narrowest variant the class
-    accepts: narrow with 8 layers, full width with 8 layers, narrow at its own depth, defaults."""
+    accepts and builds on meta (narrow with 8 layers, per-layer lists regenerated or cycled;
+    full width; its own depth), at least 6 text layers deep."""
+    import torch
+    import transformers
     from transformers import CONFIG_MAPPING
 
     cfg_cls = CONFIG_MAPPING[model_type]
@@ -142,17 +178,20 @@ def small_config(model_type: str):
     subs = getattr(cfg_cls, "sub_configs", None) or {}
     text_key = next((k for k in ("text_config", "language_config", "llm_config", "thinker_config") if k in subs), None)
     error = None
-    for depth, shrink in ((DEPTH, True), (DEPTH, False), (None, True), (None, False)):
+    for depth, narrow, lists in VARIANTS:
         try:
-            cfg = cfg_cls(**_variant(cfg_cls, base, text_key, subs, depth, shrink))
+            cfg = cfg_cls(**_variant(cfg_cls, base, text_key, subs, depth, narrow, lists))
+            text = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
+            n = getattr(text, "num_hidden_layers", None)
+            if not (isinstance(n, int) and n >= 6):
+                raise ValueError(f"{n} text layers")
+            if cls_name is not None:
+                build_meta(transformers, torch, cls_name, cfg)
         except Exception as exc:
             error = error or exc
             continue
-        text = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
-        n = getattr(text, "num_hidden_layers", None)
-        if isinstance(n, int) and n >= 6:
-            return cfg, text_key, n
-    raise error or ValueError("no variant with 6 or more text layers")
+        return cfg, text_key, n
+    raise error
 
 
 def build_meta(transformers, torch, cls_name: str, cfg):
@@ -275,8 +314,9 @@ def make_source(model_type: str, root: Path, data: str = "sparse") -> Path:
 
     from mxtrim_tui.synth.checkpoint import write_safetensors
 
-    cfg, _, _ = small_config(model_type)
-    model = build_meta(transformers, torch, dict(architectures())[model_type], cfg)
+    cls_name = dict(architectures())[model_type]
+    cfg, _, _ = small_config(model_type, cls_name)
+    model = build_meta(transformers, torch, cls_name, cfg)
     root.mkdir(parents=True)
     cfg.save_pretrained(root)
     write_safetensors(root / "model.safetensors", [(n, d, s) for n, (d, s) in state_entries(model).items()], data=data)
@@ -306,7 +346,7 @@ def run_one(model_type: str, cls_name: str, workdir: Path, timeout: int = 120) -
     signal.alarm(timeout)
     try:
         try:
-            cfg, text_key, depth = small_config(model_type)
+            cfg, text_key, depth = small_config(model_type, cls_name)
             src_model = build_meta(transformers, torch, cls_name, cfg)
         except Timeout:
             raise

@@ -17,10 +17,12 @@ warnings.simplefilter("ignore")
 
 # A fast share of benchmarks/architecture_sweep.py: one architecture per way a trim went wrong
 # before the check existed (depth alias, tensors outside the stacks, dense prefix, index lists,
-# config-only layer kinds, cyclic patterns, VLM wrappers, a rule about the last layer).
+# config-only layer kinds, cyclic patterns, VLM wrappers, transformers 5 layouts of known
+# families, a seq2seq decoder's own depth field).
 EXACT_ARCHITECTURES = [
     "llama", "gpt2", "bloom", "ernie4_5_moe", "kimi_k25", "cohere2", "granite_swa", "laguna",
     "recurrent_gemma", "llava", "mistral3", "gemma3", "qwen3_moe", "mllama", "lfm2", "llama4_text",
+    "nemotron_h", "qwen3_5", "qwen3_5_moe", "blenderbot-small", "exaone4", "zamba",
 ]
 
 

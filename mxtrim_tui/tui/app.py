@@ -230,10 +230,11 @@ class MxtrimApp(App):
         if event.state == WorkerState.SUCCESS and worker.group == "load":
             path, inv, plan = worker.result
             self.state = WizardState(source_path=path, inventory=inv, plan=plan, workspace=self.state.workspace)
-            self.check_plan(plan)
             remember_source(path.resolve())
             self.get_screen("source").refresh_view()
             self.call_after_refresh(self._mark, "inventory_ready")
+            # after the loaded source is on screen: the check imports torch and transformers
+            self.call_after_refresh(self.check_plan, plan)
             self.notify(f"{inv.model_name}: {len(inv.groups)} layer types", title="Loaded", timeout=3)
         elif event.state == WorkerState.ERROR:
             err = worker.error

@@ -37,7 +37,7 @@ NOT_CHECKED = "not checked"
 
 # Scalar config fields that may decide which layers are dense / MoE / sliding...: the solver
 # searches these (names, not a family list: the unknown family's own vocabulary).
-SOLVABLE_FIELD = re.compile(r"dense|moe|sparse|expert|start|end|freq|step|interval|period|offset|pattern|first|last|every|window_layers|types", re.I)
+SOLVABLE_FIELD = re.compile(r"dense|moe|sparse|expert|start|end|freq|step|interval|period|offset|pattern|first|last|every|layers|types", re.I)
 WIDEN_TRIES = 12  # prefixes tried when an automatic selection does not build exactly
 _VISIONISH = ("vision", "visual", "audio", "vit.", "image", "speech", "mtp")
 

@@ -6,7 +6,10 @@ under ``mtp.*`` with layers ``mtp.layers.{k}`` and is never renumbered; vLLM ass
 layer when ``num_nextn_predict_layers`` is absent.
 """
 
-from .base import FULL, LINEAR, MOE, Family, Mtp, Stack, first_int, layer_types_rule, qwen_moe_mlp, qwen_moe_placement, write_layer_types
+from .base import DENSE, FULL, LINEAR, MOE, VISION_FULL, Family, Mtp, Stack, first_int, layer_types_rule, qwen_moe_mlp, qwen_moe_placement, write_layer_types
+from .qwen_vl import SHARED as VL_SHARED
+from .qwen_vl import TEXT_PREFIXES as VL_TEXT_PREFIXES
+from .qwen_vl import _vision_stack
 
 
 def next_attention(cfg: dict, idx: int) -> str:
@@ -20,7 +23,7 @@ def next_attention(cfg: dict, idx: int) -> str:
 QWEN3_NEXT = Family(
     key="qwen3_next",
     display="Qwen3-Next (Gated DeltaNet hybrid + MoE)",
-    model_types=("qwen3_next", "qwen3_5", "qwen3_5_moe"),
+    model_types=("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text"),
     architectures=("Qwen3NextForCausalLM",),
     stacks=(
         Stack(
@@ -49,4 +52,39 @@ QWEN3_NEXT = Family(
     requires_moe=True,
 )
 
-FAMILIES = (QWEN3_NEXT,)
+def _mlp(cfg: dict, idx: int) -> str:
+    """Qwen3.5 dense text has no experts; Qwen3.5-MoE places them as Qwen3-MoE does."""
+    return qwen_moe_mlp(cfg, idx) if first_int(cfg, "num_experts", "num_local_experts") else DENSE
+
+
+# Qwen3.5 / Qwen3.5-MoE: the same hybrid text stack inside a VLM wrapper (text_config), the
+# Qwen3-VL vision tower, MTP at mtp.layers.{k} counted by text_config.mtp_num_hidden_layers.
+QWEN3_5 = Family(
+    key="qwen3_5",
+    display="Qwen3.5 / Qwen3.5-MoE (Gated DeltaNet hybrid VLM)",
+    model_types=("qwen3_5", "qwen3_5_moe"),
+    architectures=("Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration"),
+    stacks=(
+        Stack(
+            "text",
+            VL_TEXT_PREFIXES,
+            config_path=("text_config",),
+            attention=next_attention,
+            mlp=_mlp,
+            experts_fields=("num_experts",),
+        ),
+        _vision_stack(lambda c, i: VISION_FULL),
+    ),
+    mtp=Mtp(
+        "relative",
+        ("mtp_num_hidden_layers", "num_nextn_predict_layers"),
+        prefixes=("mtp.layers.",),
+        shared_prefixes=("mtp.",),
+        attention=lambda c, k: FULL,
+        mlp=lambda c, k: _mlp(c, 0),
+    ),
+    shared=VL_SHARED,
+    trim=(write_layer_types, qwen_moe_placement),
+)
+
+FAMILIES = (QWEN3_NEXT, QWEN3_5)
