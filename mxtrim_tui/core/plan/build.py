@@ -83,6 +83,10 @@ class SelectionError(ValueError):
 _SPEC = re.compile(r"^(?:([A-Za-z_][\w.-]*)=)?(.*)$")
 
 
+_ASCII_INDEX = re.compile(r"[0-9]{1,9}")
+MAX_LAYER_INDEX = 100_000  # no model has this many layers; a range past it is a typo
+
+
 def parse_keep_spec(spec: str) -> tuple[str, tuple[int, ...] | str]:
     """``[SUBMODEL=]i,j,a-b`` in original indices (or ``auto``); default submodel text."""
     m = _SPEC.match(spec.strip())
@@ -95,17 +99,15 @@ def parse_keep_spec(spec: str) -> tuple[str, tuple[int, ...] | str]:
         raise SelectionError(f"--keep {spec!r}: no layer indices")
     for part in body.split(","):
         part = part.strip()
-        try:
-            if "-" in part:
-                a, b = part.split("-", 1)
-                lo, hi = int(a), int(b)
-                if hi < lo:
-                    raise SelectionError(f"--keep {spec!r}: range {part!r} runs backwards")
-                out.update(range(lo, hi + 1))
-            else:
-                out.add(int(part))
-        except ValueError:
-            raise SelectionError(f"--keep {spec!r}: {part!r} is not an index or a range a-b") from None
+        bounds = part.split("-", 1)
+        if not all(_ASCII_INDEX.fullmatch(x.strip()) for x in bounds):
+            raise SelectionError(f"--keep {spec!r}: {part!r} is not an index or a range a-b (ASCII digits)")
+        lo, hi = int(bounds[0]), int(bounds[-1])
+        if hi < lo:
+            raise SelectionError(f"--keep {spec!r}: range {part!r} runs backwards")
+        if hi >= MAX_LAYER_INDEX:
+            raise SelectionError(f"--keep {spec!r}: {hi} is past any model's depth (indices below {MAX_LAYER_INDEX:,})")
+        out.update(range(lo, hi + 1))
     if any(i < 0 for i in out):
         raise SelectionError(f"--keep {spec!r}: indices are non-negative")
     return sub, tuple(sorted(out))

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from ..errors import SafetensorsFormatError
+from .files import NotRegularFile, open_regular
 
 # Bit width of every dtype the format defines, in the format's own order.
 DTYPE_BITS: dict[str, int] = {
@@ -477,7 +478,7 @@ def read_header(path: str | Path) -> SafetensorsHeader:
     """Read and validate the header of one safetensors file."""
     path = Path(path)
     try:
-        with open(path, "rb") as fh:
+        with open_regular(path) as fh:
             file_size = os.fstat(fh.fileno()).st_size
             if file_size < 8:
                 _fail(path, f"file is {file_size} bytes, too small for the 8-byte header length")
@@ -491,6 +492,8 @@ def read_header(path: str | Path) -> SafetensorsHeader:
                     f"header length {header_size} runs past the end of the file ({file_size} bytes)",
                 )
             raw = fh.read(header_size)
+    except NotRegularFile as exc:
+        raise SafetensorsFormatError(path, str(exc)) from None
     except OSError as exc:
         raise SafetensorsFormatError(path, f"cannot read: {exc.strerror or exc}") from None
     if len(raw) != header_size:

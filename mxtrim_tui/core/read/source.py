@@ -19,6 +19,7 @@ import json
 import mmap
 import os
 import re
+import stat
 from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -27,6 +28,8 @@ from operator import attrgetter
 from pathlib import Path, PurePosixPath
 
 from ..errors import IndexConsistencyError, InputError
+from .config_values import check_config_values
+from .files import NotRegularFile, TooLarge, open_regular, read_limited
 from .safetensors_io import JSON_WHITESPACE, SafetensorsHeader, TensorInfo, read_header
 
 INDEX_NAME = "model.safetensors.index.json"
@@ -155,11 +158,13 @@ class ModelSource:
 # --------------------------------------------------------------------------------------
 def _load_json(path: Path, what: str) -> object:
     try:
-        text = path.read_bytes().decode("utf-8")  # half the time of read_text on a large index
+        text = read_limited(path).decode("utf-8")  # half the time of read_text on a large index
     except FileNotFoundError:
         raise InputError(path, f"{what} not found") from None
     except UnicodeDecodeError as exc:
         raise InputError(path, f"{what} is not UTF-8 text ({exc.reason})") from None
+    except (NotRegularFile, TooLarge) as exc:
+        raise InputError(path, f"{what} {exc}") from None
     except OSError as exc:
         raise InputError(path, f"cannot read {what}: {exc.strerror or exc}") from None
     try:
@@ -192,7 +197,7 @@ def _looks_like_sentencepiece(path: str) -> bool:
     """A SentencePiece ``ModelProto`` starts with field 1 (pieces), wire type 2: byte 0x0A,
     and the first piece is a nested message whose first field is the piece string (0x0A)."""
     try:
-        with open(path, "rb") as fh:
+        with open_regular(path) as fh:
             head = fh.read(64)
     except OSError:
         return False
@@ -212,7 +217,7 @@ def _looks_like_tiktoken(path: str) -> bool:
     """A tiktoken rank file: lines ``<base64 token> <rank>`` (the first 4 KiB are checked;
     blank lines are skipped, as tiktoken's loader does)."""
     try:
-        with open(path, "rb") as fh:
+        with open_regular(path) as fh:
             head = fh.read(4097)
     except OSError:
         return False
@@ -225,7 +230,7 @@ def _looks_like_tiktoken(path: str) -> bool:
 
 def _head(path: str, n: int = 8) -> bytes:
     try:
-        with open(path, "rb") as fh:
+        with open_regular(path) as fh:
             return fh.read(n)
     except OSError:
         return b""
@@ -258,8 +263,7 @@ _UNREADABLE = object()  # what _read_json gives for a file that is absent, unrea
 
 def _read_json(path) -> object:
     try:
-        with open(path, "rb") as fh:
-            return json.loads(fh.read().decode("utf-8"))
+        return json.loads(read_limited(path).decode("utf-8"))
     except (OSError, ValueError, UnicodeDecodeError, RecursionError):
         return _UNREADABLE
 
@@ -299,11 +303,20 @@ def _walk_files(top: str, prefix: str = ""):
     """(relative POSIX path, DirEntry) of every file below ``top`` that is not hidden, sorted,
     a directory's files before its subdirectories; symlinked directories are not entered
     (as os.walk without followlinks). DirEntry caches what the listing already told."""
-    with os.scandir(top) as listing:
-        entries = sorted((e for e in listing if not e.name.startswith(".")), key=_NAME)
+    try:
+        with os.scandir(top) as listing:
+            entries = sorted((e for e in listing if not e.name.startswith(".")), key=_NAME)
+    except OSError:
+        if not prefix:
+            raise
+        return  # an unreadable subdirectory: nothing in it is listed
     subdirs = []
     for entry in entries:
-        if entry.is_dir():
+        try:
+            is_dir = entry.is_dir()
+        except OSError:  # a symlink loop: listed as a file, which reading then refuses
+            is_dir = False
+        if is_dir:
             if not entry.is_symlink():
                 subdirs.append(entry)
         else:
@@ -386,7 +399,7 @@ def _config_strings(obj, depth: int = 0):
 def _code_strings(path: Path):
     """The quoted strings of a Python file (read as text, never executed; the first MiB)."""
     try:
-        with open(path, "rb") as fh:
+        with open_regular(path) as fh:
             text = fh.read(_CODE_READ_LIMIT).decode("utf-8", "replace")
     except OSError:
         return []
@@ -496,13 +509,24 @@ def _read_index(root: Path, index_path: Path) -> tuple[dict, dict, list[str]]:
     return index, weight_map, sorted(set(weight_map.values()))
 
 
+def _may_be_shard(entry) -> bool:
+    """Read as a shard: anything but a directory or a dangling link (the index check names
+    those); a FIFO or a loop of links is read, and reading it says what it is."""
+    try:
+        return not stat.S_ISDIR(entry.stat().st_mode)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
+
+
 def _read_top_level_shards(root: Path) -> dict[str, SafetensorsHeader | InputError]:
     """Every ``*.safetensors`` file at the top of the directory (symlinks followed), sorted by
     name: its validated header, or the error reading it gave. Errors are kept, not raised:
     a file the index does not name is never an error (loaders ignore it); without an index,
     the first one is raised."""
     with os.scandir(root) as listing:
-        names = sorted(e.name for e in listing if e.name.endswith(".safetensors") and e.is_file())
+        names = sorted(e.name for e in listing if e.name.endswith(".safetensors") and _may_be_shard(e))
     headers: dict[str, SafetensorsHeader | InputError] = {}
     for rel in names:
         try:
@@ -589,7 +613,7 @@ def _index_agrees_with_shards(index_path: Path, at_top: dict):
     if len(owner) != _names_held(headers):
         return None  # a name in two files: the long way says which
     try:
-        with open(index_path, "rb") as fh, mmap.mmap(
+        with open_regular(index_path) as fh, mmap.mmap(
             fh.fileno(), 0, flags=_MAP_FLAGS, prot=mmap.PROT_READ
         ) as data:
             outside = _parse_outside_weight_map(data)
@@ -779,6 +803,7 @@ def _open_source(root: Path) -> ModelSource:
     config = _load_json(config_path, "config.json")
     if not isinstance(config, dict):
         raise InputError(config_path, "config.json must hold a JSON object")
+    check_config_values(config, config_path)
     nested = {k: v for k, v in config.items() if k in NESTED_CONFIG_KEYS and isinstance(v, dict)}
 
     side_quant: dict[str, dict] = {}
@@ -815,11 +840,18 @@ def _open_source(root: Path) -> ModelSource:
     for rel, entry in _walk_files(str(root)):
         link = os.readlink(entry.path) if entry.is_symlink() else None
         try:
-            size = entry.stat().st_size
-        except FileNotFoundError:
-            warnings.append(f"{rel}: broken symlink (-> {link})")
-            files.append(SourceFile(rel, FileKind.UNKNOWN, 0, BROKEN_SYMLINK, link, never_copy=BROKEN_SYMLINK))
+            st = entry.stat()
+        except OSError as exc:  # dangling, or a loop of links
+            what = BROKEN_SYMLINK if isinstance(exc, FileNotFoundError) else f"unreadable ({exc.strerror or exc})"
+            warnings.append(f"{rel}: {what}" + (f" (-> {link})" if link else ""))
+            files.append(SourceFile(rel, FileKind.UNKNOWN, 0, what, link, never_copy=what))
             continue
+        if not stat.S_ISREG(st.st_mode):
+            what = "not a regular file (never read or copied)"
+            warnings.append(f"{rel}: {what}")
+            files.append(SourceFile(rel, FileKind.UNKNOWN, 0, what, link, never_copy=what))
+            continue
+        size = st.st_size
         kind, detail = _classify(rel, entry.path, auto_map_files, shard_set, parsed.get(rel))
         never = _weight_like(rel.lower(), entry.path) if kind is FileKind.UNKNOWN else ""
         files.append(SourceFile(rel, kind, size, detail, link, never))

@@ -1,0 +1,90 @@
+"""Hostile model directories and arguments: FIFOs, devices, link loops, oversized or odd
+--keep values. Each gets one clear error naming the file and the problem, without blocking."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from engine_support import run_cli
+from mxtrim_tui.synth.checkpoint import write_checkpoint
+from mxtrim_tui.synth.layouts.llama import llama3
+
+
+@pytest.fixture
+def source(tmp_path) -> Path:
+    return write_checkpoint(tmp_path / "src", llama3(num_layers=2, hidden_size=64, vocab_size=128), data="random")
+
+
+def _replace_with_fifo(path: Path) -> None:
+    path.unlink()
+    os.mkfifo(path)
+
+
+@pytest.mark.parametrize("name", ["config.json", "tokenizer_config.json", "model.safetensors"])
+def test_a_fifo_in_place_of_a_file_is_refused_without_blocking(source, name):
+    target = source / name
+    if not target.exists():
+        pytest.skip(f"{name} not written by the layout")
+    _replace_with_fifo(target)
+    r = run_cli("inspect", str(source), timeout=60)
+    if name == "tokenizer_config.json":  # an asset: reported, never read or copied
+        assert r.returncode == 0, r.stderr
+        assert f"{name}: not a regular file" in r.stdout + r.stderr
+    else:
+        assert r.returncode == 1
+        assert name in r.stderr and "FIFO" in r.stderr
+        assert r.stderr.count("\n") == 1  # one line
+        assert "Traceback" not in r.stderr
+
+
+def test_dev_zero_as_config_is_refused(source):
+    (source / "config.json").unlink()
+    (source / "config.json").symlink_to("/dev/zero")
+    r = run_cli("inspect", str(source), timeout=60)
+    assert r.returncode == 1 and "config.json" in r.stderr and "character device" in r.stderr
+
+
+def test_a_symlink_loop_is_named_not_a_traceback(source):
+    (source / "loop.json").symlink_to(source / "loop.json")
+    r = run_cli("inspect", str(source), timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "loop.json: unreadable" in r.stdout + r.stderr
+    (source / "x.safetensors").symlink_to(source / "x.safetensors")
+    r = run_cli("inspect", str(source), timeout=60)
+    assert "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("spec, says", [
+    ("0-999999999", "past any model's depth"),
+    ("١", "ASCII digits"),  # an Arabic-Indic digit one: int() would take it
+    ("0-1-2", "ASCII digits"),
+])
+def test_keep_values_are_bounded_and_ascii(source, spec, says):
+    r = run_cli("plan", str(source), "--keep", spec, timeout=60)
+    assert r.returncode == 2 and says in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("field, value, says", [
+    ("num_hidden_layers", "6", "'6' (a string)"),
+    ("num_hidden_layers", 6.5, "6.5 (not a whole number)"),
+    ("num_hidden_layers", True, "true (a boolean)"),
+    ("num_hidden_layers", None, "null"),
+    ("num_hidden_layers", float("nan"), "nan (not a number)"),
+    ("num_attention_heads", 0, "0"),
+    ("text_config", [1, 2], "(a list); it must be an object"),
+    ("quantization_config", {"quant_method": "fp8", "weight_block_size": [0, 0]}, "weight_block_size"),
+    ("quantization_config", {"quant_method": "awq", "group_size": 0}, "group_size"),
+])
+def test_nonsense_config_values_are_one_clear_error(source, field, value, says):
+    import json
+
+    cfg = json.loads((source / "config.json").read_text())
+    cfg[field] = value
+    (source / "config.json").write_text(json.dumps(cfg))  # NaN written as JSON's NaN, as Python reads it
+    r = run_cli("plan", str(source), "--keep", "0", timeout=60)
+    assert r.returncode == 1, r.stdout
+    assert "config.json" in r.stderr and field in r.stderr and says in r.stderr, r.stderr
+    assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
