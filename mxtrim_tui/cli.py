@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import signal
 import sys
 from pathlib import Path
@@ -290,20 +291,31 @@ def _progress_printer():
     return emit
 
 
+MAX_SHARD_LIMIT = 10**12
+
+
 def parse_size(text: str) -> int:
     """'5GB' -> 5_000_000_000 (decimal units, as huggingface_hub); plain integers are bytes."""
     units = {"TB": 10**12, "GB": 10**9, "MB": 10**6, "KB": 10**3, "B": 1}
     t = text.strip().upper()
+    value = None
     for unit, mult in units.items():
         if t.endswith(unit):
             try:
-                return int(float(t[: -len(unit)]) * mult)
+                number = float(t[: -len(unit)])
             except ValueError:
                 break
-    try:
-        return int(t)
-    except ValueError:
+            if math.isfinite(number) and number * mult < 2**63:
+                value = int(number * mult)
+            break
+    else:
+        if t.isascii() and t.isdigit():
+            value = int(t)
+    if value is None:
         raise argparse.ArgumentTypeError(f"{text!r} is not a size like 5GB, 500MB or 123456") from None
+    if not 1 <= value <= MAX_SHARD_LIMIT:
+        raise argparse.ArgumentTypeError(f"{text!r}: a shard size is between 1 byte and 1 TB")
+    return value
 
 
 def _serve_options(args, out: Path, plan_doc: dict):

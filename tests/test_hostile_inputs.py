@@ -88,3 +88,18 @@ def test_nonsense_config_values_are_one_clear_error(source, field, value, says):
     assert r.returncode == 1, r.stdout
     assert "config.json" in r.stderr and field in r.stderr and says in r.stderr, r.stderr
     assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("size", ["0", "1e400GB", "nanGB", "-5MB", "2TB"])
+def test_max_shard_size_out_of_range_is_a_usage_error(source, tmp_path, size):
+    r = run_cli("trim", str(source), "--mode", "weights", "--keep", "0", "--out", str(tmp_path / "o"), "--max-shard-size", size, timeout=60)
+    assert r.returncode == 2 and "--max-shard-size" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_newline_in_a_file_name_keeps_the_error_on_one_line(tmp_path):
+    src = write_checkpoint(tmp_path / "bad\nname", llama3(num_layers=2, hidden_size=64, vocab_size=128), data="random")
+    (src / "config.json").write_text("{not json")
+    r = run_cli("inspect", str(src), timeout=60)
+    assert r.returncode == 1
+    assert r.stderr.count("\n") == 1 and "bad\\nname" in r.stderr, r.stderr

@@ -9,13 +9,22 @@ from __future__ import annotations
 from pathlib import Path
 
 
+def one_line(text: str) -> str:
+    """``text`` with control characters (a newline in a file name...) escaped, so an error
+    stays one line."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 class InputError(Exception):
     """Bad input: a file that is missing, unreadable or malformed."""
 
     def __init__(self, path: str | Path | None, problem: str):
         self.path = str(path) if path is not None else None
         self.problem = problem
-        super().__init__(f"{self.path}: {problem}" if self.path else problem)
+        shown = one_line(self.path) if self.path else None
+        super().__init__(f"{shown}: {one_line(problem)}" if shown else one_line(problem))
 
 
 class SafetensorsFormatError(InputError):
