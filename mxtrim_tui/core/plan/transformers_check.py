@@ -27,9 +27,11 @@ from __future__ import annotations
 import copy
 import re
 import warnings
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
+
+from ..units import index_ranges
+from ..write.structure_check import quiet_transformers as _quiet
 
 EXACT = "exact"
 MISMATCH = "mismatch"
@@ -58,24 +60,6 @@ class TransformersCheck:
             "model_class": self.model_class,
             "solved": [{"path": ".".join(map(str, p)), "before": b, "after": a} for p, b, a in self.solved],
         }
-
-
-@contextmanager
-def _quiet():
-    from transformers.utils import logging as hf_logging
-
-    verbosity = hf_logging.get_verbosity()
-    bars = hf_logging.is_progress_bar_enabled()
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            yield
-    finally:
-        hf_logging.set_verbosity(verbosity)
-        if bars:
-            hf_logging.enable_progress_bar()
 
 
 def _imports():
@@ -659,12 +643,6 @@ def _cover_every_signature(plan, check):
     return dataclasses.replace(plan, issues=plan.issues + [note]), check
 
 
-def index_ranges(keep) -> str:
-    from ..units import index_ranges as ranges
-
-    return ranges(keep)
-
-
 def _mtp_choice(plan):
     return plan.mtp_kept if plan.inventory.submodels.get("mtp") else None
 
@@ -686,6 +664,4 @@ def _nearest_fix(plan) -> str:
     keep = nearest_selection(src, config_for, kept, depth)
     if keep is None:
         return "no nearby selection builds exactly; --force writes anyway and the report says so"
-    from ..units import index_ranges
-
     return f"--keep {index_ranges(keep)} builds exactly"

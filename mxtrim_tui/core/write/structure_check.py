@@ -25,6 +25,7 @@ from __future__ import annotations
 import re
 import warnings
 from collections import Counter
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -146,11 +147,17 @@ def check_structure(out_dir: str | Path, plan: TrimPlan, written: ModelSource | 
             warnings.simplefilter("ignore")
             import torch
             import transformers
-            from transformers.utils import logging as hf_logging
     except ImportError as exc:
         return not_checked(f"transformers / torch not installed ({exc.name})")
+    with quiet_transformers():
+        return _check(torch, transformers, Path(out_dir), plan, written)
 
-    out_dir = Path(out_dir)
+
+@contextmanager
+def quiet_transformers():
+    """transformers' warnings, log lines and progress bars silenced, restored afterwards."""
+    from transformers.utils import logging as hf_logging
+
     verbosity = hf_logging.get_verbosity()
     bars = hf_logging.is_progress_bar_enabled()
     hf_logging.set_verbosity_error()
@@ -158,7 +165,7 @@ def check_structure(out_dir: str | Path, plan: TrimPlan, written: ModelSource | 
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return _check(torch, transformers, out_dir, plan, written)
+            yield
     finally:
         hf_logging.set_verbosity(verbosity)
         if bars:
