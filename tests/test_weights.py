@@ -20,7 +20,7 @@ import psutil
 import pytest
 
 from engine_support import REPO, cli_argv, plan_for, run_cli, tree_digest
-from mxtrim_tui.core.plan import disk_budget
+from mxtrim_tui.core.write import writer
 from mxtrim_tui.core.plan.disk_budget import check_free_space, estimate_output
 from mxtrim_tui.core.write.extract_script import SCRIPT_NAME, build_extraction
 from mxtrim_tui.core.read.source import INDEX_NAME, open_source
@@ -421,19 +421,22 @@ def test_refuses_insufficient_disk_before_writing(random_source, tmp_path, monke
 
     def small_disk(path):
         u = real(path)
-        # a 100 GiB filesystem (margin 2 GiB) with the output plus 1.5 GiB free
-        return type(u)(100 * gib, 100 * gib - est.total - int(1.5 * gib), est.total + int(1.5 * gib), 99.0)
+        # a 100 GiB filesystem with the output plus 100 KiB free (margin: 1 MiB + a tenth)
+        return type(u)(100 * gib, 100 * gib - est.total - 100 * 1024, est.total + 100 * 1024, 99.0)
 
     monkeypatch.setattr(psutil, "disk_usage", small_disk)
     ok, free, message = check_free_space(est, tmp_path / "out")
-    assert not ok and free == est.total + int(1.5 * gib)
+    assert not ok and free == est.total + 100 * 1024
     with pytest.raises(OutputError) as info:
         write_weights(plan, tmp_path / "out", max_shard_bytes=1_000_000)
     text = str(info.value)
     assert "not enough disk space" in text and f"{est.total:,} bytes" in text and f"{free:,} bytes" in text
     assert "embeddings / head" in text and "text layer 0" in text and "MTP" in text
     assert list(tmp_path.iterdir()) == []
-    assert disk_budget.margin_for(100 * gib) == 2 * gib and disk_budget.margin_for(10 * gib) == gib
+    margin = writer.free_space_margin
+    assert margin(100 * gib, 60 * gib) == 2 * gib and margin(10 * gib, 60 * gib) == gib
+    # a 4 MB output keeps 1 MiB + 400 KB free, so it fits a 20 MB volume
+    assert margin(20 * 10**6, 4 * 10**6) == (1 << 20) + 400_000
 
 
 def test_refuses_unaccounted_tensors_before_writing(tmp_path):

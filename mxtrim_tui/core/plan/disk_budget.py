@@ -18,11 +18,8 @@ import psutil
 from ..write.extract_script import HEAD, LAYER, MTP, OTHER, Extraction, build_extraction
 from .build import TrimPlan
 from ..units import DEFAULT_MAX_SHARD_BYTES, human_bytes
-from ..write.writer import asset_files, json_text
+from ..write.writer import asset_files, free_space_margin, json_text, utf8
 
-GiB = 1 << 30
-MARGIN_MIN = 1 * GiB  # never fill a filesystem to the last byte...
-MARGIN_FRACTION = 0.02  # ...nor past 98 % of its size
 
 
 @dataclass(frozen=True)
@@ -38,7 +35,7 @@ class DiskEstimate:
 
 
 def _json_size(doc: dict) -> int:
-    return len(json_text(doc).encode("utf-8"))
+    return len(utf8(json_text(doc)))
 
 
 def estimate_from_extraction(plan: TrimPlan, extraction: Extraction) -> DiskEstimate:
@@ -104,17 +101,13 @@ def existing_ancestor(path: Path) -> Path:
     return Path(path.anchor or "/")
 
 
-def margin_for(filesystem_bytes: int) -> int:
-    return max(MARGIN_MIN, int(filesystem_bytes * MARGIN_FRACTION))
-
-
 def check_free_space(estimate: DiskEstimate, out_dir: Path) -> tuple[bool, int, str]:
     """``(ok, free bytes, message)`` for writing ``estimate`` at ``out_dir``: ok when the
-    free space of the filesystem that will hold it, minus a margin of max(1 GiB, 2 % of the
-    filesystem), covers the output."""
+    free space of the filesystem that will hold it, minus a margin (see
+    :func:`~..write.writer.free_space_margin`), covers the output."""
     where = existing_ancestor(out_dir)
     usage = psutil.disk_usage(str(where))
-    margin = margin_for(usage.total)
+    margin = free_space_margin(usage.total, estimate.total)
     usable = max(0, usage.free - margin)
     ok = estimate.total <= usable
     need = f"the output needs {human_bytes(estimate.total)} ({estimate.total:,} bytes)"

@@ -22,6 +22,7 @@ script, removes every partial file and leaves the source untouched.
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import json
 import os
@@ -49,6 +50,7 @@ from ..plan.build import TrimPlan
 from .report import render_report
 from ..read.safetensors_io import read_header
 from ..read.source import INDEX_NAME, ModelSource, open_source
+from .leftovers import remove_leftovers, signals_held
 from .structure_check import StructureResult, check_structure, not_checked
 from ..units import DEFAULT_MAX_SHARD_BYTES
 from .writer import (
@@ -63,8 +65,11 @@ from .writer import (
     readme_entry,
     rename_into_place,
     temp_sibling,
+    encodes_utf8,
+    utf8,
     write_documents_and_assets,
     write_plan_json,
+    write_failed,
     write_text,
 )
 
@@ -75,6 +80,7 @@ HASH_BUFFER = 1 << 20  # per hashing thread
 # Files mxtrim writes itself; a source asset of the same name is not copied over them.
 GENERATED = frozenset({SCRIPT_NAME, MANIFEST_NAME, PLAN_NAME, README_NAME, INDEX_NAME})
 SCRIPT_STOP_TIMEOUT = 10.0  # seconds the script gets to clean up after SIGTERM
+PR_SET_PDEATHSIG = 1  # prctl(2)
 
 
 class AccountingError(OutputError):
@@ -171,7 +177,13 @@ def run_extraction_script(script: Path, source: Path, out: Path, emit, cancel=No
     # -I: isolated mode (no PYTHON* variables, no user site, no script directory on the
     # path), which also proves the script needs nothing but the standard library.
     cmd = [sys.executable, "-I", str(script), "--source", str(source), "--out", str(out), "--progress"]
-    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, bufsize=1)
+    # Its own session: a terminal's Ctrl-C reaches only mxtrim, which stops the script once
+    # (SIGTERM) and waits for its clean-up. A parent-death signal stops it should mxtrim be
+    # killed outright, instead of it finishing a copy nobody will verify.
+    proc = subprocess.Popen(
+        cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, bufsize=1,
+        start_new_session=True, preexec_fn=parent_death_signal(),
+    )
     rate = _Rate()
     done: dict | None = None
     error: str | None = None
@@ -224,6 +236,22 @@ def run_extraction_script(script: Path, source: Path, out: Path, emit, cancel=No
         raise OutputError(out, f"{SCRIPT_NAME} failed (exit status {rc}): {detail}")
     emit({"event": "stage", "name": "extract", "status": "done", **{k: v for k, v in done.items() if k != "event"}})
     return done
+
+
+def parent_death_signal():
+    """A ``preexec_fn`` asking Linux to send the child SIGTERM when its parent dies (None
+    elsewhere). The libc function is looked up here, before the fork."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+    def set_signal() -> None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+    return set_signal
 
 
 def stop_process(proc: subprocess.Popen) -> None:
@@ -416,17 +444,23 @@ def _integrity_summary(plan: TrimPlan, extraction: Extraction, shard_rows: list[
 
 
 def _write_lines_json(path: Path, doc: dict, list_keys: tuple[str, ...]) -> int:
-    """JSON with one line per entry of the big lists: diffable and still one json.load."""
+    """JSON with one line per entry of the big lists: diffable and still one json.load.
+    ASCII with escapes when a file name is not UTF-8 (it reads back the same)."""
+    text = _lines_json(doc, list_keys, ensure_ascii=False)
+    if not encodes_utf8(text):
+        text = _lines_json(doc, list_keys, ensure_ascii=True)
+    return write_text(path, text)
+
+
+def _lines_json(doc: dict, list_keys: tuple[str, ...], ensure_ascii: bool) -> str:
     parts = []
     for key, value in doc.items():
         if key in list_keys and isinstance(value, list):
-            body = ",\n".join("    " + json.dumps(v, ensure_ascii=False) for v in value)
+            body = ",\n".join("    " + json.dumps(v, ensure_ascii=ensure_ascii) for v in value)
             parts.append(f"  {json.dumps(key)}: [\n{body}\n  ]" if value else f"  {json.dumps(key)}: []")
         else:
-            parts.append(f"  {json.dumps(key)}: " + json.dumps(value, ensure_ascii=False, indent=2).replace("\n", "\n  "))
-    text = "{\n" + ",\n".join(parts) + "\n}\n"
-    path.write_text(text, encoding="utf-8")
-    return len(text.encode("utf-8"))
+            parts.append(f"  {json.dumps(key)}: " + json.dumps(value, ensure_ascii=ensure_ascii, indent=2).replace("\n", "\n  "))
+    return "{\n" + ",\n".join(parts) + "\n}\n"
 
 
 # --- the writer ---------------------------------------------------------------------------
@@ -453,7 +487,7 @@ def extracted_files(extraction: Extraction, script_bytes: int) -> list[dict]:
     ]
     index = extraction.index_text
     if index is not None:
-        files.append({"path": INDEX_NAME, "kind": "weight index", "bytes": len(index.encode()), "from": f"written by {SCRIPT_NAME}"})
+        files.append({"path": INDEX_NAME, "kind": "weight index", "bytes": len(utf8(index)), "from": f"written by {SCRIPT_NAME}"})
     files.append({"path": SCRIPT_NAME, "kind": "extraction script", "bytes": script_bytes, "from": "generated; run by mxtrim to write the shards"})
     return files
 
@@ -490,12 +524,13 @@ def write_weights(
     timings["prepare"] = time.monotonic() - t0
 
     make_parent(out)
+    remove_leftovers(out, emit)
     tmp = temp_sibling(out)
     if tmp.exists():
         shutil.rmtree(tmp)
     script_tmp = out.with_name(f".{out.name}.extract-{os.getpid()}.py")
     try:
-        script_tmp.write_text(script_text, encoding="utf-8")
+        script_tmp.write_bytes(utf8(script_text))
         t0 = time.monotonic()
         done = run_extraction_script(script_tmp, src.root, tmp, emit, cancel)
         timings["extract"] = time.monotonic() - t0
@@ -530,6 +565,9 @@ def write_weights(
         files.append(events.add(readme_entry(write_text(tmp / README_NAME, readme))))
         rename_into_place(tmp, out)
         emit({"event": "stage", "name": "write", "status": "done", "output": str(out)})
+    except OSError as exc:
+        _remove_partial_output(tmp, script_tmp)
+        raise write_failed(out, exc) from None
     except BaseException:
         _remove_partial_output(tmp, script_tmp)
         raise
@@ -564,7 +602,7 @@ def _write_file_entries(plan: TrimPlan, extraction: Extraction, tmp: Path, scrip
     """Record the extracted files and write configs and assets: (events, files, not copied)."""
     events = FileEvents(emit, weights_file_count(plan, extraction))
     emit({"event": "stage", "name": "files", "status": "start"})
-    files = [events.add(f) for f in extracted_files(extraction, len(script_text.encode()))]
+    files = [events.add(f) for f in extracted_files(extraction, len(utf8(script_text)))]
     more, not_copied = write_documents_and_assets(plan, tmp, events, reserved=GENERATED)
     files += more
     for f in not_copied:
@@ -600,10 +638,12 @@ def _manifest(plan: TrimPlan, out: Path, done: dict, digests: dict, integrity: d
 
 
 def _remove_partial_output(tmp: Path, script_tmp: Path) -> None:
-    """Remove the temporary output, the script and any partial directory a killed script left."""
-    shutil.rmtree(tmp, ignore_errors=True)
-    script_tmp.unlink(missing_ok=True)
-    # a script killed before it could clean up leaves its own hidden sibling of tmp
-    for stray in tmp.parent.iterdir():
-        if stray.name.startswith(f".{tmp.name}.partial-"):
-            shutil.rmtree(stray, ignore_errors=True)
+    """Remove the temporary output, the script and any partial directory a killed script
+    left, with a second Ctrl-C held off until done."""
+    with signals_held():
+        shutil.rmtree(tmp, ignore_errors=True)
+        script_tmp.unlink(missing_ok=True)
+        # a script killed before it could clean up leaves its own hidden sibling of tmp
+        for stray in tmp.parent.iterdir():
+            if stray.name.startswith(f".{tmp.name}.partial-"):
+                shutil.rmtree(stray, ignore_errors=True)

@@ -21,6 +21,7 @@ from ..plan.plan_json import plan_to_json
 from .report import render_report, serve_settings
 from ..read.source import FileKind
 from ..units import human_bytes
+from .leftovers import remove_leftovers, signals_held
 
 DEFAULT_MODELS_DIR = Path("tools") / "batched_test" / "models"
 # What a dummy directory needs besides the rewritten config (seed: "Generate the output directory"):
@@ -50,6 +51,11 @@ DUMMY_GENERATED = frozenset({PLAN_NAME, README_NAME})
 # The most mxtrim's hidden temporaries add to the output's name: the extraction script's own
 # "..NAME.partial-PID.partial-PID" (PIDs of up to 7 digits).
 TEMP_NAME_EXTRA = len("..") + 2 * len(".partial-") + 2 * 7
+
+
+MARGIN_MIN = 1 << 30  # the most kept free: 1 GiB...
+MARGIN_FRACTION = 0.02  # ...or 2 % of the filesystem,
+MARGIN_FLOOR = 1 << 20  # but for a small output only 1 MiB plus a tenth of it
 
 
 class OutputError(InputError):
@@ -134,11 +140,21 @@ def check_writable(out: Path, ancestor: Path) -> None:
         raise OutputError(out, f"cannot write in {ancestor}: {exc.strerror or exc}") from None
 
 
+def free_space_margin(filesystem_bytes: int, output_bytes: int) -> int:
+    """Space left free after writing: never fill a filesystem to the last byte nor past 98 %
+    of it (at least 1 GiB), but a small output needs no more than 1 MiB plus a tenth of itself
+    (block rounding, the filesystem's own metadata), so it still fits a small volume."""
+    return min(max(MARGIN_MIN, int(filesystem_bytes * MARGIN_FRACTION)), MARGIN_FLOOR + output_bytes // 10)
+
+
 def check_free_bytes(out: Path, ancestor: Path, need_bytes: int) -> None:
-    free = shutil.disk_usage(ancestor).free
-    if need_bytes > free:
+    usage = shutil.disk_usage(ancestor)
+    margin = free_space_margin(usage.total, need_bytes)
+    if need_bytes + margin > usage.free:
         raise OutputError(
-            out, f"needs {human_bytes(need_bytes)} ({need_bytes:,} bytes) but {ancestor} has {human_bytes(free)} ({free:,} bytes) free"
+            out,
+            f"not enough disk space: needs {human_bytes(need_bytes)} ({need_bytes:,} bytes) and a margin of "
+            f"{human_bytes(margin)}, but {ancestor} has {human_bytes(usage.free)} ({usage.free:,} bytes) free",
         )
 
 
@@ -164,8 +180,27 @@ def make_parent(out: Path) -> None:
 
 
 def json_text(doc: dict) -> str:
-    """How every JSON document mxtrim writes is spelled: indent 2, UTF-8, a final newline."""
-    return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
+    """How every JSON document mxtrim writes is spelled: indent 2, UTF-8, a final newline.
+    A file name that is not UTF-8 (held as surrogates) makes the document ASCII with escapes,
+    which still reads back to the same name."""
+    text = json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
+    if text.isascii() or encodes_utf8(text):
+        return text
+    return json.dumps(doc, indent=2) + "\n"
+
+
+def encodes_utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def utf8(text: str) -> bytes:
+    """``text`` as written to a file: UTF-8, with what cannot be (non-UTF-8 file names held as
+    surrogates) spelled as backslash escapes."""
+    return text.encode("utf-8", "backslashreplace")
 
 
 def write_json(path: Path, doc: dict) -> int:
@@ -273,7 +308,7 @@ def plan_json_text(plan: TrimPlan, out: Path, mode: str, serve=None) -> str:
 
 
 def write_text(path: Path, text: str) -> int:
-    data = text.encode("utf-8")
+    data = utf8(text)
     path.write_bytes(data)
     return len(data)
 
@@ -303,14 +338,14 @@ def estimate_dummy_bytes(plan: TrimPlan, out: Path, serve=None) -> int:
     README's timestamp turns in between)."""
     out = Path(os.path.abspath(out))
     files = [
-        {"path": name, "kind": document_kind(name), "bytes": len(json_text(doc).encode("utf-8")), "from": "rewritten"}
+        {"path": name, "kind": document_kind(name), "bytes": len(utf8(json_text(doc))), "from": "rewritten"}
         for name, doc in plan.new_documents.items()
     ]
     files += [{"path": f.path, "kind": f.kind.value, "bytes": f.size, "from": copied_from(f)} for f in asset_files(plan, DUMMY_GENERATED)]
-    plan_size = len(plan_json_text(plan, out, "dummy", serve).encode("utf-8"))
+    plan_size = len(utf8(plan_json_text(plan, out, "dummy", serve)))
     files.append({"path": PLAN_NAME, "kind": "trim plan", "bytes": plan_size, "from": "written"})
     readme = render_report(plan, out, "dummy", files, not_copied_files(plan, DUMMY_GENERATED), serve=serve)
-    return sum(f["bytes"] for f in files) + len(readme.encode("utf-8"))
+    return sum(f["bytes"] for f in files) + len(utf8(readme))
 
 
 def write_dummy(plan: TrimPlan, out: Path, *, progress=None, serve=None) -> WriteResult:
@@ -321,7 +356,9 @@ def write_dummy(plan: TrimPlan, out: Path, *, progress=None, serve=None) -> Writ
     ``serve`` (BudgetInputs): the serve settings the report's command spells out."""
     emit = progress or (lambda event: None)
     out = prepare_output(plan, out)
+    check_free_bytes(out, nearest_directory(out), estimate_dummy_bytes(plan, out, serve))
     make_parent(out)
+    remove_leftovers(out, emit)
     tmp = temp_sibling(out)
     if tmp.exists():
         shutil.rmtree(tmp)
@@ -335,7 +372,19 @@ def write_dummy(plan: TrimPlan, out: Path, *, progress=None, serve=None) -> Writ
         files.append(events.add(readme_entry(write_text(tmp / README_NAME, readme))))
         rename_into_place(tmp, out)
         emit({"event": "stage", "name": "write", "status": "done", "output": str(out)})
+    except OSError as exc:
+        with signals_held():
+            shutil.rmtree(tmp, ignore_errors=True)
+        raise write_failed(out, exc) from None
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        with signals_held():
+            shutil.rmtree(tmp, ignore_errors=True)
         raise
     return WriteResult(out, files, not_copied)
+
+
+def write_failed(out: Path, exc: OSError) -> OutputError:
+    """An operating-system error while writing (a full disk, a vanished directory) as one line;
+    the caller has removed the partial output."""
+    where = f"{exc.filename}: " if exc.filename else ""
+    return OutputError(out, f"writing failed, partial output removed: {where}{exc.strerror or exc}")
