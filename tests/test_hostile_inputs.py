@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -103,3 +104,19 @@ def test_a_newline_in_a_file_name_keeps_the_error_on_one_line(tmp_path):
     r = run_cli("inspect", str(src), timeout=60)
     assert r.returncode == 1
     assert r.stderr.count("\n") == 1 and "bad\\nname" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("mode", ["dummy", "weights"])
+def test_a_file_name_that_is_not_utf8_is_copied_and_reported(source, tmp_path, mode):
+    """A side file whose name is not UTF-8 (bytes 0xff 0xfe): copied under its exact name,
+    listed with escapes in the report and the plan, which stay valid UTF-8 and JSON."""
+    raw = b"recipe-\xff\xfe.yaml"
+    (Path(os.fsdecode(os.fsencode(source) + b"/" + raw))).write_bytes(b"scheme: none\n")
+    out = tmp_path / "out"
+    r = run_cli("trim", str(source), "--mode", mode, "--keep", "0", "--out", str(out), timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert raw in os.listdir(os.fsencode(out))
+    readme = (out / "README.md").read_bytes().decode("utf-8")  # valid UTF-8
+    assert "recipe-\\udcff\\udcfe.yaml" in readme
+    plan = json.loads((out / "mxtrim-plan.json").read_bytes().decode("utf-8"))
+    assert plan["output"] == str(out)
