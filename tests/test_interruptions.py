@@ -3,108 +3,40 @@ while it is copied, full disks, and the kept script run the way its README says.
 
 After every interruption: no output directory exists, nothing hidden is left except what a
 SIGKILL cannot clean (recognisably mxtrim's, by name), the next run removes that, and a
-re-run succeeds. The source is never changed by mxtrim."""
+re-run succeeds. The source is never changed by mxtrim. ``benchmarks/interruptions.py`` runs
+the same trials, more of them, on a 2.95 GB source."""
 
 from __future__ import annotations
 
-import json
 import os
-import re
 import signal
 import subprocess
 import sys
-import time
-from pathlib import Path
 
 import pytest
 
-from engine_support import REPO, cli_argv, plan_for, run_cli, tree_digest
+from benchmarks.interruptions import event_of, interrupt, rerun_problems, start_trim, trial_problems
+from engine_support import plan_for, run_cli, tree_digest
 from mxtrim_tui.core.write.extract_script import SCRIPT_NAME, build_extraction
 from mxtrim_tui.core.write.leftovers import find_leftovers
 from mxtrim_tui.synth.checkpoint import write_checkpoint
 from mxtrim_tui.synth.layouts.llama import llama3
 
-LEFTOVER = re.compile(r"\.\.?llama-weights\.(partial|extract)-\d+(\.py|\.partial-\d+)?")
+TRIM_ARGS = ("--mode", "weights", "--keep", "0,3", "--max-shard-size", "100MB")
 
 
 @pytest.fixture(scope="module")
 def big_source(tmp_path_factory):
-    """~400 MB of random bytes in 4 shards: the copy and the verification each take long
+    """~670 MB of random bytes in 6 shards: the copy and the verification each take long
     enough to be interrupted inside them."""
     layout = llama3(num_layers=4, hidden_size=2048, vocab_size=32768)
     root = write_checkpoint(tmp_path_factory.mktemp("big") / "llama", layout, data="random", max_shard_bytes=120_000_000)
     return root, tree_digest(root)
 
 
-def _events(line: str) -> dict | None:
-    if line.startswith("{"):
-        try:
-            return json.loads(line)
-        except ValueError:
-            return None
-    return None
-
-
 def _contents(digest: dict) -> dict:
     """A tree digest without modification times (a test that restores a byte changes those)."""
     return {path: entry[:2] for path, entry in digest.items()}
-
-
-def _phase_reached(event: dict, phase: str) -> bool:
-    if phase == "plan":
-        return event.get("event") == "stage" and event.get("name") == "plan"
-    if phase == "copy":
-        return event.get("event") == "tensor" and event.get("done_bytes", 0) > 0
-    if phase == "verify":
-        return event.get("event") == "verify"
-    raise AssertionError(phase)
-
-
-def _start_trim(src: Path, out: Path, *extra: str) -> subprocess.Popen:
-    cmd = cli_argv("trim", str(src), "--mode", "weights", "--keep", "0,3", "--out", str(out), "--max-shard-size", "100MB", "--progress", *extra)
-    # its own session, as a shell gives a job: SIGINT goes to the group like a terminal's Ctrl-C
-    return subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, cwd=REPO, start_new_session=True)
-
-
-def _interrupt(proc: subprocess.Popen, phase: str, sig: int, twice: bool = False) -> tuple[int, str, list[dict]]:
-    """Deliver ``sig`` when ``phase`` is reached; (exit status, non-event stderr, events)."""
-    seen: list[dict] = []
-    if phase == "startup":
-        time.sleep(0.15)  # Python is still importing mxtrim
-    else:
-        for line in proc.stderr:
-            event = _events(line)
-            if event is not None:
-                seen.append(event)
-                if _phase_reached(event, phase):
-                    break
-        else:
-            raise AssertionError(f"never reached {phase}: {seen[-3:]}")
-    send = (lambda s: os.killpg(proc.pid, s)) if sig == signal.SIGINT else proc.send_signal
-    send(sig)
-    if twice:
-        time.sleep(0.005)
-        send(sig)
-    rest = proc.stderr.read()
-    rc = proc.wait(timeout=120)
-    text = "\n".join(line for line in rest.splitlines() if _events(line) is None)
-    seen += [e for e in map(_events, rest.splitlines()) if e is not None]
-    return rc, text, seen
-
-
-def _script_pid(events: list[dict]) -> int | None:
-    return next((e["pid"] for e in events if e.get("event") == "stage" and e.get("name") == "extract" and "pid" in e), None)
-
-
-def _gone(pid: int, within: float = 15.0) -> bool:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return True
-        time.sleep(0.05)
-    return False
 
 
 TRIALS = [
@@ -125,29 +57,15 @@ def test_a_signal_at_any_phase_leaves_nothing_that_looks_complete(big_source, tm
     src, digest = big_source
     out = tmp_path / "models" / "llama-weights"
     out.parent.mkdir()
-    rc, text, events = _interrupt(_start_trim(src, out), phase, sig)
-    assert not out.exists(), f"{phase}: an output directory after {signal.Signals(sig).name}"
-    assert "Traceback" not in text, text
-    script = _script_pid(events)
-    if script is not None:  # the extraction script never outlives mxtrim (parent-death signal)
-        assert _gone(script), f"extraction script {script} still running"
-    left = sorted(p.name for p in out.parent.iterdir())
+    rc, text, events = interrupt(start_trim(src, out, *TRIM_ARGS), phase, sig)
+    problems, left = trial_problems(out, sig, rc, text, events)
+    assert problems == [], text
     if sig == signal.SIGKILL:
-        assert rc == -signal.SIGKILL
-        assert all(LEFTOVER.fullmatch(name) for name in left), left
         assert sorted(p.name for p in find_leftovers(out)) == left
-    else:
-        assert rc == 130, text
-        assert text.strip().splitlines()[-1] == "mxtrim: interrupted", text
-        assert left == []
-        if phase != "verify":
-            return  # nothing left; one clean re-run (after the last phase) is proof enough
-    # the next run removes what a SIGKILL left, says so, and succeeds
-    again = run_cli("trim", str(src), "--mode", "weights", "--keep", "0,3", "--out", str(out), "--max-shard-size", "100MB")
-    assert again.returncode == 0, again.stderr
-    for name in left:
-        assert f"removed {out.parent / name}, left by an interrupted run" in again.stderr
-    assert sorted(p.name for p in out.parent.iterdir()) == ["llama-weights"]
+    # the next run removes what a SIGKILL left, says so, and succeeds (one clean re-run after
+    # the other signals is proof enough)
+    if sig == signal.SIGKILL or phase == "verify":
+        assert rerun_problems(src, out, left, *TRIM_ARGS) == []
     assert tree_digest(src) == digest
 
 
@@ -156,9 +74,8 @@ def test_two_quick_ctrl_cs_during_the_copy_leave_nothing(big_source, tmp_path):
     for trial in range(2):
         out = tmp_path / f"t{trial}" / "llama-weights"
         out.parent.mkdir()
-        rc, text, _ = _interrupt(_start_trim(src, out), "copy", signal.SIGINT, twice=True)
-        assert rc == 130 and "Traceback" not in text, text
-        assert list(out.parent.iterdir()) == []
+        rc, text, events = interrupt(start_trim(src, out, *TRIM_ARGS), "copy", signal.SIGINT, twice=True)
+        assert trial_problems(out, signal.SIGINT, rc, text, events) == ([], [])
 
 
 def test_a_source_changed_during_the_copy_is_detected(big_source, tmp_path):
@@ -170,11 +87,11 @@ def test_a_source_changed_during_the_copy_is_detected(big_source, tmp_path):
     first = extraction.shards[0].tensors[0]
     target = src / first.source_file
     out = tmp_path / "llama-weights"
-    proc = _start_trim(src, out)
+    proc = start_trim(src, out, *TRIM_ARGS)
     original = None
     try:
         for line in proc.stderr:
-            event = _events(line)
+            event = event_of(line)
             if event and event.get("event") == "shard" and event.get("status") == "done":
                 with open(target, "r+b") as fh:  # the first tensor of the first output shard
                     fh.seek(first.source_begin)
