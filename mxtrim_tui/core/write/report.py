@@ -191,7 +191,7 @@ def _summary_section(add, plan: TrimPlan, mode: str, weights: dict | None) -> No
             f"Real weights: every retained tensor's bytes were copied unchanged from its source range "
             f"({weights['copy_method']}; no dtype conversion, no tensor loaded whole) by `{weights['script']}`, which mxtrim "
             f"generated and ran. It is kept here and reproduces the shards byte for byte from the same source: "
-            f"`python {weights['script']} --source {shlex.quote(str(src.root.resolve()))} --out NEW_DIR`. "
+            f"`python -I {weights['script']} --source {shlex.quote(str(src.root.resolve()))} --out NEW_DIR`. "
             f"It refuses a source whose shard headers changed. `{weights['manifest']}` lists every tensor's source "
             f"and output byte ranges with their {weights['integrity']['hash']} hashes."
         )
