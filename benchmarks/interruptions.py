@@ -67,7 +67,10 @@ def mxtrim(*args: str) -> list[str]:
 def start_trim(src: Path, out: Path, *trim_args: str) -> subprocess.Popen:
     """``mxtrim trim`` with --progress, in its own session as a shell starts a job."""
     cmd = mxtrim("trim", str(src), "--out", str(out), "--progress", *trim_args)
-    return subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, cwd=ROOT, start_new_session=True)
+    # Ctrl-C restored to its default, as a shell does for a foreground job (under nohup or in
+    # a background job it is ignored, and mxtrim rightly keeps it so)
+    return subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, cwd=ROOT, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def interrupt(proc: subprocess.Popen, phase: str, sig: int, twice: bool = False) -> tuple[int, str, list[dict]]:

@@ -118,6 +118,10 @@ def _parser() -> argparse.ArgumentParser:
     va.add_argument("--progress", action="store_true", help="print events (checks, server log lines, requests) as JSON lines on stderr")
     va.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
 
+    lo = sub.add_parser("leftovers", help="servers left running by an mxtrim that was killed: list them (--stop stops them)")
+    lo.add_argument("--stop", action="store_true", help="stop them: SIGTERM to each server's process group, SIGKILL after 5 s")
+    lo.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+
     tui = sub.add_parser("tui", help="open the wizard (default: on the bundled demo model)")
     tui.add_argument("source", metavar="SRC", nargs="?", help="model directory to open")
     tui.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
@@ -227,8 +231,8 @@ def cmd_trim(args) -> int:
         print("mxtrim: nothing written", file=sys.stderr)
         return 1
     out = args.out if args.out is not None else default_output_dir(plan, args.workspace.resolve(), args.mode)
-    progress = _progress_printer() if args.progress else None
-    if progress:
+    progress = _progress_printer() if args.progress else _leftover_notices
+    if args.progress:
         progress({"event": "stage", "name": "plan", "status": "done", "kept": plan.kept, "output": str(out)})
     if args.mode == "weights":
         from .core.write.weights_writer import write_weights
@@ -236,7 +240,7 @@ def cmd_trim(args) -> int:
         result = write_weights(plan, out, max_shard_bytes=args.max_shard_size, progress=progress, serve=serve)
     else:
         result = write_dummy(plan, out, progress=progress, serve=serve)
-    if progress:
+    if args.progress:
         progress({"event": "result", "output": str(result.path), "files": len(result.files)})
     checks = None
     if args.mode == "weights":
@@ -249,6 +253,7 @@ def cmd_trim(args) -> int:
         }
     validation = None
     if args.validate or args.serve or args.equivalence:
+        _leftover_servers_notice(args)
         validation = run_validation(result.path, args, quiet=args.json)
     if args.json:
         command = serve_command(plan, result.path, args.mode, serve)
@@ -279,6 +284,13 @@ def cmd_trim(args) -> int:
         if validation is not None:
             print_validation(*validation[:2])
     return 0 if validation is None or validation[2] else 1
+
+
+def _leftover_notices(event: dict) -> None:
+    """Without --progress, the one event a user should still hear of: a leftover of an
+    interrupted run removed."""
+    if event.get("event") == "leftover":
+        print(f"mxtrim: removed {event['path']}, left by an interrupted run", file=sys.stderr)
 
 
 def _progress_printer():
@@ -393,7 +405,19 @@ def print_validation(v, runs: int) -> None:
     print(f"recorded in {v.output / 'validation.json'} (run {runs}) and README.md")
 
 
+def _leftover_servers_notice(args) -> None:
+    """Before serving: servers a killed mxtrim left, said in one line (records of gone ones
+    removed)."""
+    if args.serve or args.equivalence:
+        from .core.validate import leftovers
+
+        found = leftovers.scan()
+        if found:
+            print(leftovers.notice(found), file=sys.stderr, flush=True)
+
+
 def cmd_validate(args) -> int:
+    _leftover_servers_notice(args)
     v, runs, ok = run_validation(Path(args.output), args, quiet=args.json)
     if args.json:
         json.dump(v.to_json(), sys.stdout, indent=2)
@@ -401,6 +425,31 @@ def cmd_validate(args) -> int:
     else:
         print_validation(v, runs)
     return 0 if ok else 1
+
+
+def cmd_leftovers(args) -> int:
+    """`mxtrim leftovers [--stop]`: the servers whose mxtrim was killed before it could stop
+    them (pid records in $XDG_STATE_HOME/mxtrim/servers)."""
+    from .core.validate import leftovers
+
+    found = leftovers.scan()
+    if not found:
+        print("no server left running by an earlier mxtrim")
+        return 0
+    failed = 0
+    for item in found:
+        if not args.stop:
+            print(f"{leftovers.describe(item)}\n  $ {' '.join(item.record.command)}")
+            continue
+        survivors = leftovers.stop(item)
+        if survivors:
+            failed += 1
+            print(f"could not stop pid(s) {', '.join(map(str, survivors))} (serving {item.record.output})", file=sys.stderr)
+        else:
+            print(f"stopped pid {item.record.pid} (serving {item.record.output}): {len(item.pids)} process(es)")
+    if not args.stop:
+        print("stop them with: mxtrim leftovers --stop")
+    return 1 if failed else 0
 
 
 def cmd_tui(args) -> int:
@@ -422,15 +471,23 @@ def _terminate(signum, frame):
 
 
 def main(argv: list[str] | None = None) -> int:
+    signal.signal(signal.SIGTERM, _terminate)
+    try:
+        return _run(sys.argv[1:] if argv is None else argv)
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM, even while the engine is still importing
+        print("mxtrim: interrupted", file=sys.stderr)
+        return 130
+
+
+def _run(argv: list[str]) -> int:
     from .core.plan.build import SelectionError
 
-    signal.signal(signal.SIGTERM, _terminate)
-    argv = sys.argv[1:] if argv is None else argv
     args = _parser().parse_args(argv)
     try:
         if args.command is None:
             args = _parser().parse_args(["tui"] + (["--debug"] if args.debug else []))
-        commands = {"inspect": cmd_inspect, "plan": cmd_plan, "trim": cmd_trim, "validate": cmd_validate, "tui": cmd_tui, "demo": cmd_demo}
+        commands = {"inspect": cmd_inspect, "plan": cmd_plan, "trim": cmd_trim, "validate": cmd_validate,
+                    "leftovers": cmd_leftovers, "tui": cmd_tui, "demo": cmd_demo}
         return commands[args.command](args)
     except SelectionError as exc:
         print(f"mxtrim: error: {exc}", file=sys.stderr)
@@ -443,9 +500,6 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"mxtrim: error: {exc}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        print("mxtrim: interrupted", file=sys.stderr)
-        return 130
     except BrokenPipeError:
         return 0
 

@@ -6,9 +6,11 @@ thread workers, reporting back through messages) or by a ``mxtrim trim`` child p
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import os
 import shutil
+import signal
 import subprocess
 import time
 from functools import partial
@@ -122,8 +124,10 @@ class MxtrimApp(App):
         gpu_probe=probe_gpus,
         disk_usage=shutil.disk_usage,
         workspace: Path | None = None,
+        handle_signals: bool = False,
     ):
         super().__init__()
+        self.handle_signals = handle_signals  # the real terminal (run_app): SIGTERM / SIGHUP / SIGINT stop the children
         self.disk_usage = disk_usage
         self.state = WizardState()
         if workspace is not None:
@@ -136,6 +140,8 @@ class MxtrimApp(App):
         atexit.register(self._kill_children)
 
     def on_mount(self) -> None:
+        if self.handle_signals:
+            self._install_signal_handlers()
         self._apply_keymap()
         self.install_screen(SourceScreen(self.tree_root), "source")
         self.install_screen(InventoryScreen(), "inventory")
@@ -147,6 +153,34 @@ class MxtrimApp(App):
         self.call_after_refresh(self._mark, "first_frame")
         if self.initial_source is not None:
             self.call_after_refresh(self.load_source, self.initial_source)
+        self.call_after_refresh(self._report_leftovers)
+
+    def _install_signal_handlers(self) -> None:
+        """Killed politely (SIGTERM), its terminal closed (SIGHUP) or interrupted (SIGINT): the
+        children are stopped first (a validation stops its server before it exits), then the
+        app exits with 128 + the signal. In the event loop, so that the app is between events."""
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+            if signal.getsignal(sig) is signal.SIG_IGN:
+                continue  # e.g. nohup: the user asked for the wizard to outlive the terminal
+            try:
+                loop.add_signal_handler(sig, self._signalled, sig)
+            except (ValueError, RuntimeError, NotImplementedError):
+                pass
+
+    def _signalled(self, sig: int) -> None:
+        self._kill_children()
+        self.exit(return_code=128 + sig)
+
+    @work(thread=True, group="leftovers", exit_on_error=False)
+    def _report_leftovers(self) -> None:
+        """Servers a killed mxtrim left running (pid records): one notification, how to stop them."""
+        from ..core.validate import leftovers
+
+        found = leftovers.scan()
+        if found:
+            self.call_from_thread(self.notify, leftovers.notice(found).removeprefix("mxtrim: "), title="Servers left running",
+                                  severity="warning", timeout=30)
 
     def _apply_keymap(self) -> None:
         """The user's keymap.json: applied entry by entry; each mistake reported once, here and
@@ -319,5 +353,6 @@ def run_app(source: str | None = None) -> int:
         path = ensure_demo_model()
     else:
         path = Path(source)
-    MxtrimApp(path).run(headless=bool(os.environ.get("MXTRIM_HEADLESS")))
-    return 0
+    app = MxtrimApp(path, handle_signals=True)
+    app.run(headless=bool(os.environ.get("MXTRIM_HEADLESS")))
+    return app.return_code or 0

@@ -16,7 +16,7 @@ from pathlib import Path
 from ..errors import InputError
 from . import requests as rq
 from .classify import classify
-from .serve import ServeOptions, Server, free_port, output_text_config, serve_argv, serve_env
+from .serve import ServeOptions, Server, free_port, interrupting_signals, output_text_config, serve_argv, serve_env
 
 PROBE = Path(__file__).with_name("offline_probe.py")
 PASSED, FAILED, UNVERIFIED, NOT_APPLICABLE = "passed", "failed", "unverified", "not applicable"
@@ -150,10 +150,16 @@ def serve_rows(v: Validation, out: Path, plan: dict, opts: ServeOptions, emit, e
     argv = serve_argv(out, v.mode, opts, port)
     v.serve_command = argv
     emit({"event": "serve", "status": "starting", "command": argv})
-    server = Server(argv, serve_env(opts), out / "logs" / "serve.log", on_line=lambda s, l: emit({"event": "log", "stream": s, "line": l}))
+    server = Server(argv, serve_env(opts), out / "logs" / "serve.log", on_line=lambda s, l: emit({"event": "log", "stream": s, "line": l}),
+                    output=out)
+    with interrupting_signals():  # SIGTERM / SIGHUP unwind through the finally below, like Ctrl-C
+        _serve_and_stop(v, out, plan, opts, emit, equivalence, server, port)
+
+
+def _serve_and_stop(v: Validation, out: Path, plan: dict, opts: ServeOptions, emit, equivalence: bool, server: Server, port: int) -> None:
     started = time.monotonic()
-    server.start()
     try:
+        server.start()
         healthy, why = server.wait_healthy(f"http://127.0.0.1:{port}", opts.startup_timeout)
         if not healthy:
             exit_info = server.stop()

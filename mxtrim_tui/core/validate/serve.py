@@ -1,21 +1,31 @@
 """A real `vllm serve` on an output directory: the command that matches the output, a server
 in its own process group, its log streamed line by line (to ``logs/serve.log`` and to
 subscribers), health awaited while watching for an early exit, and a shutdown that escalates
-SIGINT → SIGTERM → SIGKILL and checks that nothing of the group survives."""
+SIGINT → SIGTERM → SIGKILL and checks that nothing of the group survives.
+
+No server outlives the mxtrim that started it: Ctrl-C, SIGTERM and SIGHUP unwind into the
+shutdown (``interrupting_signals``; signals that arrive while the server starts or stops are
+held until it is done, a second one only hurries the shutdown to SIGKILL); on Linux the server
+gets SIGTERM when its mxtrim dies without that chance (SIGKILL: ``parent_death_signal``); and
+a pid record (``leftovers``) lets the next run find and stop what is left even then."""
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import json
 import os
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import leftovers
 from .http import get
 
 # The environment every server gets: nothing from a hub, no usage report.
@@ -126,34 +136,44 @@ class ServerExit:
 class Server:
     """One `vllm serve` process. ``on_line(stream, line)`` is called from reader threads."""
 
-    def __init__(self, argv: list[str], env: dict[str, str], log_path: Path, on_line=None, tail_lines: int = 400):
+    def __init__(self, argv: list[str], env: dict[str, str], log_path: Path, on_line=None, tail_lines: int = 400,
+                 output: Path | None = None):
         self.argv = argv
         self.env = env
         self.log_path = log_path
         self.on_line = on_line
+        self.output = output  # given: a pid record while the server runs (leftovers)
         self.tail: deque[str] = deque(maxlen=tail_lines)
         self.lines_seen = 0
         self.proc: subprocess.Popen | None = None
+        self.record_path: Path | None = None
         self._readers: list[threading.Thread] = []
         self._log_lock = threading.Lock()
         self._log = None
         self.stop_requested = False
+        self.hurry = False  # a second interrupt while stopping: straight to SIGKILL
 
     def start(self) -> None:
+        """Start the server in a session of its own. An interrupt that arrives meanwhile is held
+        until the server is recorded (then raised: the caller's ``finally`` stops it)."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(self.log_path, "a", encoding="utf-8", errors="replace")
         self._log.write(f"$ {' '.join(self.argv)}\n")
         self._log.flush()
-        self.proc = subprocess.Popen(
-            self.argv, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-            text=True, errors="replace", start_new_session=True,
-        )
-        for stream, pipe in (("stdout", self.proc.stdout), ("stderr", self.proc.stderr)):
-            t = threading.Thread(target=self._pump, args=(stream, pipe), daemon=True)
-            t.start()
-            self._readers.append(t)
+        with self._signals_held(hurry=False):
+            self.proc = subprocess.Popen(
+                self.argv, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                text=True, errors="replace", start_new_session=True, preexec_fn=parent_death_signal(),
+            )
+            if self.output is not None:
+                self.record_path = leftovers.write_record(self.proc.pid, self.argv, self.output)
+            for stream, pipe in (("stdout", self.proc.stdout), ("stderr", self.proc.stderr)):
+                t = threading.Thread(target=self._pump, args=(stream, pipe), daemon=True)
+                t.start()
+                self._readers.append(t)
 
     def _pump(self, stream: str, pipe) -> None:
+        on_line = self.on_line
         for raw in pipe:
             line = raw.rstrip("\n")
             with self._log_lock:
@@ -162,8 +182,41 @@ class Server:
                 if self._log is not None:
                     self._log.write(line + "\n")
                     self._log.flush()
-            if self.on_line is not None:
-                self.on_line(stream, line)
+            if on_line is not None:
+                try:
+                    on_line(stream, line)
+                except Exception:  # e.g. a hung-up terminal: keep draining the pipe, or the server blocks
+                    on_line = None
+
+    @contextlib.contextmanager
+    def _signals_held(self, hurry: bool):
+        """SIGINT, SIGTERM and SIGHUP held (main thread only: Python runs handlers there) and
+        raised as KeyboardInterrupt once the block is done; with ``hurry``, one that arrives
+        also shortens the shutdown under way."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        got: list[int] = []
+
+        def hold(signum, frame):
+            got.append(signum)
+            if hurry:
+                self.hurry = True
+
+        previous = {}
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            current = signal.getsignal(sig)
+            if current is signal.SIG_IGN:
+                continue  # e.g. SIGHUP under nohup: stays ignored
+            previous[sig] = current
+            signal.signal(sig, hold)
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+            if got:
+                raise KeyboardInterrupt
 
     @property
     def pid(self) -> int | None:
@@ -179,7 +232,9 @@ class Server:
         while time.monotonic() < deadline:
             code = self.exited()
             if code is not None:
-                self._join_readers()
+                # what it wrote before it died; a child of it may hold the pipes open: stop()
+                # ends the group and then reads the rest
+                self._join_readers(timeout=0.5)
                 return False, f"the server exited with status {code} before it was healthy"
             status, _body, _secs = get(base_url + "/health", timeout=2.0)
             if status == 200:
@@ -188,29 +243,42 @@ class Server:
         return False, f"not healthy after {timeout:.0f} s"
 
     def stop(self, grace: tuple[float, float] = (10.0, 10.0)) -> ServerExit:
-        """SIGINT, then SIGTERM, then SIGKILL to the whole group, each after a timeout."""
+        """SIGINT, then SIGTERM, then SIGKILL to the whole group, each after a timeout. Ctrl-C,
+        SIGTERM or SIGHUP meanwhile cannot cut it short: they skip to SIGKILL, and are raised
+        (KeyboardInterrupt) once the group is gone."""
         if self.proc is None:
             return ServerExit(None, False, None, [])
+        with self._signals_held(hurry=True):
+            return self._stop(grace)
+
+    def _stop(self, grace: tuple[float, float]) -> ServerExit:
         self.stop_requested = True
         used = None
         for sig, wait in ((signal.SIGINT, grace[0]), (signal.SIGTERM, grace[1]), (signal.SIGKILL, 10.0)):
             if self.proc.poll() is not None:
                 break
+            if self.hurry and sig != signal.SIGKILL:
+                continue
             used = sig.name
             try:
                 os.killpg(self.proc.pid, sig)
             except ProcessLookupError:
                 break
-            try:
-                self.proc.wait(timeout=wait)
-            except subprocess.TimeoutExpired:
-                continue
+            deadline = time.monotonic() + wait
+            while time.monotonic() < deadline and not (self.hurry and sig != signal.SIGKILL):
+                try:
+                    self.proc.wait(timeout=min(0.2, max(0.01, deadline - time.monotonic())))
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
         survivors = group_members(self.proc.pid)
         for pid in survivors:  # children that left the leader behind: never leave a server
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+        leftovers.remove_record(self.record_path)  # nothing of it runs: nothing to find later
+        self.record_path = None
         self._join_readers()
         with self._log_lock:
             if self._log is not None:
@@ -219,9 +287,56 @@ class Server:
                 self._log = None
         return ServerExit(self.proc.returncode, True, used, survivors)
 
-    def _join_readers(self) -> None:
+    def _join_readers(self, timeout: float = 5.0) -> None:
         for t in self._readers:
-            t.join(timeout=5)
+            t.join(timeout=timeout)
+
+
+def parent_death_signal(sig: signal.Signals = signal.SIGTERM):
+    """A ``preexec_fn`` (Linux; None elsewhere): the child gets ``sig`` when the thread that
+    started it ends — the mxtrim killed with SIGKILL included. Only the child itself: the
+    pid record covers its own children. Only in a single-threaded process (the CLI's: the
+    thread that starts the server outlives it); with other threads running, the pid record
+    alone covers a SIGKILL."""
+    if not sys.platform.startswith("linux") or threading.active_count() > 1:
+        return None  # preexec_fn after fork in a process with threads may deadlock
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+    PR_SET_PDEATHSIG = 1
+
+    def preexec() -> None:
+        prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+        if os.getppid() != parent:  # it died before the prctl took effect
+            os.kill(os.getpid(), sig)
+
+    return preexec
+
+
+@contextlib.contextmanager
+def interrupting_signals():
+    """While a server runs: SIGHUP (the terminal closed) and SIGTERM, where they would kill the
+    process outright, raise KeyboardInterrupt like Ctrl-C, so the ``finally`` that stops the
+    server runs. Main thread only; handlers already set (the CLI's SIGTERM, nohup's SIG_IGN)
+    are kept."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = {}
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(sig) in (signal.SIG_DFL, None):
+            previous[sig] = signal.signal(sig, interrupt)
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
 
 
 def group_members(pgid: int) -> list[int]:
