@@ -4,3 +4,10 @@ from pathlib import Path
 _TESTS = str(Path(__file__).resolve().parent)
 if _TESTS not in sys.path:
     sys.path.insert(0, _TESTS)
+
+# mxtrim's state (pid records of servers it started) in a directory of this test session, so
+# the user's own records never show in a test and no test leaves one in the user's home.
+import os
+import tempfile
+
+os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="mxtrim-test-state-")
