@@ -206,9 +206,19 @@ def cmd_plan(args) -> int:
         from .render import render_plan
 
         render_plan(plan, Console())
-    for message in blocking:
-        print(f"mxtrim: error: {message}", file=sys.stderr)
-    return 1 if plan.errors or blocking else 0
+    if plan.errors or blocking:
+        print(_blocking_line(plan, blocking), file=sys.stderr)
+        return 1
+    return 0
+
+
+def _blocking_line(plan, blocking: list[str], then: str = "") -> str:
+    """The plan's blocking errors (each with its fix) and the serve settings' mismatches, as
+    the one error line every failure gets."""
+    from .core.errors import one_line
+
+    parts = [i.message + (f" (fix: {i.fix})" if i.fix else "") for i in plan.errors] + list(blocking)
+    return "mxtrim: error: " + one_line("; ".join(parts) + then)
 
 
 def cmd_trim(args) -> int:
@@ -224,11 +234,7 @@ def cmd_trim(args) -> int:
         if args.json:
             json.dump(plan_to_json(plan) | {"output": None}, sys.stdout, indent=2)
             sys.stdout.write("\n")
-        for issue in plan.errors:
-            print(f"mxtrim: error: {issue.message}" + (f" (fix: {issue.fix})" if issue.fix else ""), file=sys.stderr)
-        for message in blocking:
-            print(f"mxtrim: error: {message}", file=sys.stderr)
-        print("mxtrim: nothing written", file=sys.stderr)
+        print(_blocking_line(plan, blocking, "; nothing written"), file=sys.stderr)
         return 1
     out = args.out if args.out is not None else default_output_dir(plan, args.workspace.resolve(), args.mode)
     progress = _progress_printer() if args.progress else _leftover_notices

@@ -171,6 +171,8 @@ def render_plan(plan, console: Console) -> None:
     if check is not None:
         style = {"exact": "green", "mismatch": "bold red"}.get(check.status, "dim")
         console.print(Text(f"checked against transformers: {check.status} — {check.summary}", style=style))
+    for warning in plan.inventory.source.warnings:  # what reading the source found
+        console.print(Text("⚠ " + warning, style="yellow"))
     for i in plan.issues:
         style = "bold red" if i.level == "error" else "yellow"
         console.print(Text(("✗ " if i.level == "error" else "⚠ ") + i.message, style=style))

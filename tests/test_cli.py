@@ -146,9 +146,10 @@ def test_parallelism_vllm_would_refuse_blocks_the_trim(demo, tmp_path):
     # the demo has 4 attention heads and 6 layers; --keep 0,2 keeps 2
     result = run_cli("trim", str(demo), "--mode", "dummy", "--out", str(tmp_path / "out"), "--keep", "0,2", "--tp", "3", "--pp", "3")
     assert result.returncode == 1
-    assert "mxtrim: error: --tp: TP=3 does not divide the 4 attention heads" in result.stderr
-    assert "mxtrim: error: --pp: PP=3 exceeds the 2 kept text layers" in result.stderr
-    assert "nothing written" in result.stderr and list(tmp_path.iterdir()) == []
+    # one line: both problems, then what happened
+    assert result.stderr.count("\n") == 1 and result.stderr.startswith("mxtrim: error: --tp: TP=3 does not divide the 4 attention heads")
+    assert "; --pp: PP=3 exceeds the 2 kept text layers" in result.stderr
+    assert result.stderr.rstrip().endswith("; nothing written") and list(tmp_path.iterdir()) == []
     plan = run_cli("plan", str(demo), "--tp", "3")
     assert plan.returncode == 1 and "TP=3 does not divide the 4 attention heads" in plan.stderr
 

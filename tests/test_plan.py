@@ -340,7 +340,7 @@ def test_failure_mid_write_leaves_nothing(tmp_path):
 
     src.files.append(SourceFile("merges.txt", FileKind.TOKENIZER, 0))
     plan = build_plan(build_inventory(src))
-    with pytest.raises(OSError):
+    with pytest.raises(OutputError, match="writing failed, partial output removed: .*merges.txt"):
         write_dummy(plan, tmp_path / "out")
     assert not (tmp_path / "out").exists()
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".out")] == []

@@ -39,6 +39,7 @@ from .families.base import (
     layer_types_rule,
 )
 from .quant import Quantization, detect_quantization
+from ..errors import InputError
 from ..read.source import ModelSource, gc_paused
 from ..units import index_ranges
 
@@ -192,6 +193,10 @@ class Inventory:
     stacks: tuple = ()
     layer_name_pattern: re.Pattern | None = None
     mtp_count: int = 0
+    # Where config.json contradicts the checkpoint so that no plan can be trusted (a depth
+    # missing or unlike the layers held, a per-layer list of the wrong length): (problem, fix).
+    # Also among ``warnings`` (inspect describes them); every plan is blocked by them.
+    problems: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def text(self) -> Submodel | None:
@@ -464,6 +469,7 @@ def _build_inventory(source: ModelSource) -> Inventory:
     # text config (for MTP count and absolute-MTP depth)
     text_stack = next((s for s in stacks if s.submodel == "text"), None)
     text_cfg = stack_config(config, text_stack)[0] if text_stack else config
+    _check_whole_fields(source, fam, text_stack, config)
     mtp_n = _mtp_count(config, text_cfg, fam)
     quant = detect_quantization(source)
     quantized = quant is not None
@@ -490,6 +496,7 @@ def _build_inventory(source: ModelSource) -> Inventory:
     _add_declared_layers(
         source, fam, submodels, depth, mtp_n, stack_of, st_cfg, text_cfg, text_depth, text_stack, quantized, memo, warnings
     )
+    problems = _depth_problems(source, fam, submodels.get("text"), text_stack, st_cfg.get("text", text_cfg), text_depth, warnings)
     _check_mtp_layer_count(source, fam, submodels, mtp_n, warnings)
     if quant is not None:
         _mark_quant_ignored(quant, submodels, splitter, mtp_prefixes, prefix_owner)
@@ -510,6 +517,7 @@ def _build_inventory(source: ModelSource) -> Inventory:
         stacks=tuple(stacks),
         layer_name_pattern=splitter,
         mtp_count=mtp_n,
+        problems=problems,
     )
 
 
@@ -695,6 +703,104 @@ def _add_declared_layers(
                     prefix = (st.prefixes[0] if st else (fam.mtp.prefixes[0] if fam.mtp and fam.mtp.prefixes else (text_stack.prefixes[0] if text_stack else "layers.")))
                     sm.layers.append(_make_layer(fam, st, cfg, sub, i, stored, prefix, _Columns(), quantized, memo))
             sm.layers.sort(key=lambda l: l.index)
+
+
+# Lists with one entry per text layer (the generic catalogue the plan re-slices).
+PER_LAYER_LISTS = (
+    "layer_types",
+    "mlp_layer_types",
+    "indexer_types",
+    "no_rope_layers",
+    "activation_sparsity_pattern",
+    "attn_type_list",
+    "decoder_attention_types",
+    "layers_block_type",
+    "block_configs",
+    "compress_ratios",
+)
+
+
+def _depth_problems(
+    source, fam: Family, text: Submodel | None, stack: Stack | None, cfg: dict, depth: int | None, warnings: list[str]
+) -> list[tuple[str, str]]:
+    """Where the text stack's config contradicts the checkpoint: (problem, fix) each, those
+    not already among ``warnings`` added there. Only with weights present (a config-only
+    directory has nothing to contradict)."""
+    if text is None or stack is None or not source.shards or not text.layers:
+        return []
+    where = f"{text.config_path}." if text.config_path else ""
+    held = sorted(l.index for l in text.layers)
+    top = held[-1] + 1
+    field_name = next((f for f in stack.depth_fields if first_int(cfg, f) is not None), stack.depth_fields[0])
+    problems = []
+    if depth is None:
+        if fam.stacks:  # a family module knows the field; the generic reader only guesses names
+            problems.append((
+                f"config.json: {where}{field_name} is missing, and the checkpoint holds text layers 0..{top - 1}",
+                f"add \"{field_name}\": {top} to config.json",
+            ))
+            warnings.append(problems[-1][0])
+        return problems
+    # More layers held than declared may be MTP heads stored as layers for an architecture
+    # without a family module: only a family module can call that a contradiction. (The
+    # disagreement itself is already a warning: see _add_declared_layers.)
+    if depth > top or (depth < top and fam.stacks):
+        if first_int(cfg, field_name) == depth:
+            said, fix = f"{field_name} is {depth}", f"make {field_name} {top}"
+        else:  # the family's depth rule read it elsewhere (Nemotron-H: the pattern's length)
+            source_field = next(
+                (k for k in ("hybrid_override_pattern", *PER_LAYER_LISTS) if isinstance(cfg.get(k), (str, list)) and len(cfg[k]) == depth),
+                None,
+            )
+            said = f"{source_field} describes {depth} layer(s)" if source_field else f"the config declares {depth} layer(s)"
+            fix = f"give {source_field} one entry per layer ({top})" if source_field else f"declare {top} layers"
+        problems.append((
+            f"config.json: {where}{said} but the checkpoint holds text layers 0..{top - 1}",
+            f"{fix}, or give the checkpoint the layers the config declares"
+            if depth > top else f"{fix}, or drop the tensors of layers {depth}..{top - 1}",
+        ))
+        return problems
+    for key in PER_LAYER_LISTS:
+        value = cfg.get(key)
+        if isinstance(value, list) and len(value) < depth:
+            problems.append((
+                f"config.json: {where}{key} has {len(value)} entries but {field_name} is {depth} (one entry per layer)",
+                f"give {key} one entry per layer",
+            ))
+            warnings.append(problems[-1][0])
+    return problems
+
+
+def _whole_number_problem(value, least: int) -> str | None:
+    """Why ``value`` is not a whole number >= ``least`` (null allowed), or None."""
+    if value is None or (type(value) is int and value >= least):
+        return None
+    if isinstance(value, bool):
+        shown = f"{str(value).lower()} (a boolean)"
+    elif isinstance(value, str):
+        shown = f"{value!r} (a string)"
+    elif isinstance(value, int):
+        shown = str(value)
+    elif isinstance(value, float):
+        shown = f"{value} (not a whole number)" if value == value and abs(value) != float("inf") else f"{value} (not a number)"
+    else:
+        shown = f"{json.dumps(value)[:60]} (a {type(value).__name__})"
+    return f"{shown}; it must be a whole number" + (f" of at least {least}" if least else ", 0 or more")
+
+
+def _check_whole_fields(source, fam: Family, stack: Stack | None, config: dict) -> None:
+    """The family's structure fields that the runtime reads as whole numbers (DeepSeek's
+    ``n_group``, ``kv_lora_rank``...): a string or a fraction there is one error naming the
+    field, not a model that "needs its own code" or a config transformers cannot build."""
+    if not fam.whole_fields:
+        return
+    cfg, path = stack_config(config, stack) if stack is not None else (config, "")
+    where = f"{path}." if path else ""
+    for key, least in fam.whole_fields:
+        if key in cfg:
+            problem = _whole_number_problem(cfg[key], least)
+            if problem:
+                raise InputError(source.root / "config.json", f"{where}{key} is {problem}")
 
 
 def _check_mtp_layer_count(source, fam, submodels, mtp_n: int, warnings: list[str]) -> None:

@@ -19,24 +19,13 @@ from functools import cached_property
 
 from .config_edit import MISSING, ConfigEdit, apply_edits, get_path
 from ..model.families.base import DENSE, DSA_FULL, DSA_SHARED, HASH_MOE, MOE, Stack, first_int, require_moe
-from ..model.inventory import Inventory, LayerKind, is_layer_index_list, stack_config
+from ..model.inventory import PER_LAYER_LISTS, Inventory, LayerKind, is_layer_index_list, stack_config
 from ..units import human_bytes, index_ranges
 
 CONFIG = "config.json"
 
 # --- the generic catalogue of depth-dependent fields (structures guide §22-§23) ---------
-PER_LAYER_LISTS = (
-    "layer_types",
-    "mlp_layer_types",
-    "indexer_types",
-    "no_rope_layers",
-    "activation_sparsity_pattern",
-    "attn_type_list",
-    "decoder_attention_types",
-    "layers_block_type",
-    "block_configs",
-    "compress_ratios",
-)
+# PER_LAYER_LISTS: from the inventory, which blocks a plan when one is shorter than the stack.
 # Scalars in most configs, per-layer lists in some (MiniMax, HunYuan, Gemma 3n MatFormer).
 LIST_OR_SCALAR = (
     "intermediate_size",
@@ -327,6 +316,8 @@ def build_plan(inv: Inventory, selection: Selection | None = None, *, _auto_prob
     edits: list[ConfigEdit] = []
     auto: dict[str, bool] = {}
 
+    if not _auto_probe:  # config.json contradicts the checkpoint: no plan can be trusted
+        issues += [Issue("error", message, fix) for message, fix in inv.problems]
     kept = _resolve_kept(inv, selection, issues, auto, _auto_probe)
     has_mtp, mtp_kept = _resolve_mtp(inv, selection, issues)
     text_kept = kept.get("text", [])
@@ -357,7 +348,7 @@ def build_plan(inv: Inventory, selection: Selection | None = None, *, _auto_prob
     # --- apply and verify
     files = {CONFIG: config, **inv.source.side_quant_configs}
     new_documents = {f: apply_edits(doc, edits, f) for f, doc in files.items()}
-    if sm_text is not None and text_kept:
+    if sm_text is not None and text_kept and not inv.problems:  # else what follows from them only adds noise
         _verify_rules(inv, new_documents[CONFIG], text_stack, text_path, text_kept, kinds, issues)
     if not _auto_probe:
         _check_output_config(fam, new_documents[CONFIG], text_path, issues)
@@ -492,23 +483,36 @@ def _rewrite_stack(ctx: TrimContext, stack: Stack | None, old_n: int, keep: list
             wrote_depth = True
     if not wrote_depth and stack is not None and stack.submodel == "text":
         ctx.set(depth_fields[0], new_n, "kept layers")
+    last = max(keep, default=-1)
+
+    def entries_missing(f: str, v) -> bool:
+        """A kept layer past the end of ``v`` (one past the declared depth: the checkpoint
+        holds more layers than the config says): nothing to re-slice it from. Blocking,
+        and said once (a contradicting config is already blocking: Inventory.problems)."""
+        if last < len(v):
+            return False
+        if not ctx.inventory.problems:
+            bad = index_ranges([i for i in keep if i >= len(v)])
+            ctx.error(f"{f} has {len(v)} entries: kept layer(s) {bad} have none", f"keep layers below {len(v)}")
+        return True
+
     for f in lists:
         v = cfg.get(f)
         if isinstance(v, list):
             if len(v) >= old_n:
-                tail = v[old_n:]
-                ctx.set(f, [v[i] for i in keep] + tail, "per-layer list re-sliced to the kept layers")
-            else:
+                if not entries_missing(f, v):
+                    ctx.set(f, [v[i] for i in keep] + v[old_n:], "per-layer list re-sliced to the kept layers")
+            elif not ctx.inventory.problems:  # else already a blocking error (Inventory.problems)
                 ctx.warn(f"{f} has {len(v)} entries but the stack has {old_n} layers; left unchanged")
     if lists:
-        _rewrite_unlisted_per_layer_fields(ctx, old_n, keep, pos, lists, index_lists)
+        _rewrite_unlisted_per_layer_fields(ctx, old_n, keep, pos, lists, index_lists, entries_missing)
     for f in LIST_OR_SCALAR if lists else ():
         v = cfg.get(f)
-        if isinstance(v, list) and len(v) == old_n:
+        if isinstance(v, list) and len(v) == old_n and not entries_missing(f, v):
             ctx.set(f, [v[i] for i in keep], "per-layer list re-sliced to the kept layers")
     for f in PER_LAYER_STRINGS if lists else ():
         v = cfg.get(f)
-        if isinstance(v, str) and len(v) >= old_n:
+        if isinstance(v, str) and len(v) >= old_n and not entries_missing(f, v):
             ctx.set(f, "".join(v[i] for i in keep), "per-layer pattern re-sliced to the kept layers")
     for keys in index_lists:
         v = get_path(cfg, keys)
@@ -533,7 +537,7 @@ def _rewrite_stack(ctx: TrimContext, stack: Stack | None, old_n: int, keep: list
             ctx.set(f, new, "per-layer overrides re-keyed to the new numbering")
 
 
-def _rewrite_unlisted_per_layer_fields(ctx: TrimContext, old_n: int, keep: list[int], pos: dict, lists, index_lists) -> None:
+def _rewrite_unlisted_per_layer_fields(ctx: TrimContext, old_n: int, keep: list[int], pos: dict, lists, index_lists, entries_missing) -> None:
     """Fields outside the catalogue that are per-layer by their shape: any list with one entry
     per layer is re-sliced, any list of layer indices remapped (architectures without a family
     module name them freely: ``layer_rope_theta``, ``attn_layer_indices``...)."""
@@ -544,7 +548,7 @@ def _rewrite_unlisted_per_layer_fields(ctx: TrimContext, old_n: int, keep: list[
             continue
         if is_layer_index_list(f, v, old_n):
             ctx.set(f, [pos[i] for i in v if i in pos], "layer indices remapped to the new numbering")
-        elif isinstance(v, list) and len(v) == old_n and old_n > 1:
+        elif isinstance(v, list) and len(v) == old_n and old_n > 1 and not entries_missing(f, v):
             ctx.set(f, [v[i] for i in keep], "per-layer list re-sliced to the kept layers")
 
 
@@ -807,10 +811,12 @@ def _coverage(inv: Inventory, kept, mtp_kept, has_mtp, mappings) -> list[Coverag
     layer_bytes = {(sm.name, l.index): l.nbytes for sm in inv.submodels.values() for l in sm.layers}
     for g in inv.groups:
         if g.submodel == "mtp":
-            keep = [(m.new, m.old) for m in mappings if m.submodel == "mtp" and m.old in g.layers]
+            members = set(g.layers)
+            keep = [(m.new, m.old) for m in mappings if m.submodel == "mtp" and m.old in members]
         else:
             keep = [(by_sub[(g.submodel, i)].new, i) for i in g.layers if (g.submodel, i) in by_sub]
-        dropped = sum(layer_bytes[(g.submodel, i)] for i in g.layers if i not in {o for _, o in keep})
+        kept_old = {o for _, o in keep}  # once per group: the coverage stays linear in the layers
+        dropped = sum(layer_bytes[(g.submodel, i)] for i in g.layers if i not in kept_old)
         label = g.kind.label + (f" + {', '.join(g.kind.special)}" if g.kind.special else "")
         rows.append(
             CoverageRow(g.submodel, g.symbol, label, tuple(keep), trigger_request(inv, g.submodel, g.kind), len(g.layers), dropped)

@@ -6,6 +6,18 @@ known dtypes, ``prod(shape) * bits`` a whole number of bytes equal to the byte r
 sorted, starting at 0, contiguous (no gap, no overlap) and covering the file exactly, and an
 optional ``__metadata__`` map of strings to strings. Each violation raises
 :class:`SafetensorsFormatError` naming the file and, where there is one, the tensor.
+
+JSON is read as the reference's ``serde_json`` reads it: ``NaN``/``Infinity``, numbers out of
+the double range (``1e400``), lone UTF-16 surrogate escapes (``"\ud800"``), ``-0`` where an
+integer is due (serde reads it as a float) and nesting 128 levels deep are all rejected.
+
+Deliberately stricter than the reference (each tested by ``tests/test_fuzz_readers.py``
+against ``safetensors.safe_open``): a tensor name given twice (the reference keeps the last),
+an entry spelled as an array (serde reads a struct from a sequence), and a shape whose
+dimensions, zeros counted as 1, multiply past ``2**63 - 1``. The reference checks the element
+count's running product left to right in u64, so it takes ``[0, 2**63]`` or
+``[2**62, 2, 0]`` (zero elements); torch, whose sizes and strides are int64, cannot build
+such a tensor even on the ``meta`` device, and the inventory and structure checks do.
 """
 
 from __future__ import annotations
@@ -50,6 +62,12 @@ DTYPE_BITS: dict[str, int] = {
 
 # The reference implementation's limit (safetensors ``MAX_HEADER_SIZE``).
 MAX_HEADER_SIZE = 100_000_000
+# Largest element count (zero dimensions counted as 1) a shape may describe: torch's sizes and
+# strides are int64. Bits (elements * bit width) must fit the reference's u64.
+MAX_ELEMENTS = 2**63 - 1
+MAX_BITS = 2**64 - 1
+# serde_json's nesting limit: a document 128 arrays/objects deep is rejected.
+MAX_JSON_DEPTH = 127
 
 
 class TensorInfo(NamedTuple):
@@ -121,14 +139,111 @@ def _fail(path, problem, tensor=None):
     raise SafetensorsFormatError(path, problem, tensor)
 
 
+def _shown(value, limit: int = 200) -> str:
+    """``repr`` cut short: a 5000-digit dimension would make the error unreadable."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _elements_fit(dims) -> bool:
+    """The product of the non-zero dimensions (integers >= 0) is at most MAX_ELEMENTS; stops
+    at the first partial product past it, so a long list of huge numbers costs nothing."""
+    n = 1
+    for d in dims:
+        if d:
+            n *= d
+            if n > MAX_ELEMENTS:
+                return False
+    return True
+
+
 def _check_shape(path, name, shape) -> tuple[int, ...]:
     if not isinstance(shape, list):
-        _fail(path, f"shape must be a list of integers, got {shape!r}", name)
+        _fail(path, f"shape must be a list of integers, got {_shown(shape)}", name)
     for d in shape:
         # bool is an int subclass in Python; the format has no booleans here.
         if type(d) is not int or d < 0:
-            _fail(path, f"shape must be a list of non-negative integers, got {shape!r}", name)
+            _fail(path, f"shape must be a list of non-negative integers, got {_shown(shape)}", name)
+    if not _elements_fit(shape):
+        _fail(
+            path,
+            f"shape {_shown(shape)} has more elements than a tensor can index (its dimensions, "
+            f"zeros counted as 1, multiply past 2**63-1)",
+            name,
+        )
     return tuple(shape)
+
+
+def _no_constant(name):
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite_float(text):
+    value = float(text)
+    if value in (_INF, -_INF):
+        raise ValueError(f"number {text[:40]} is out of range")
+    return value
+
+
+def _serde_int(text):
+    """An integer literal as serde_json reads it: ``-0`` is a float (so never a dimension or
+    an offset), a number past the double range is an error."""
+    if text == "-0":
+        return -0.0
+    value = int(text)  # over 4300 digits: ValueError, as an invalid document
+    if len(text) > 300:
+        try:
+            float(value)
+        except OverflowError:
+            raise ValueError(f"number {text[:40]}... is out of range") from None
+    return value
+
+
+_INF = float("inf")
+_STRICT_JSON = json.JSONDecoder(parse_constant=_no_constant, parse_float=_finite_float)
+# A \u escape of a UTF-16 surrogate (D800-DFFF): paired or lone, it needs a closer look.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def _loads(text: str, **hooks):
+    """``json.loads`` refusing NaN, Infinity and numbers past the double range, as serde_json."""
+    if not hooks:
+        return _STRICT_JSON.decode(text)
+    return json.loads(text, parse_constant=_no_constant, parse_float=_finite_float, **hooks)
+
+
+def _too_deep(value, depth: int) -> bool:
+    """``value`` (a parsed JSON value, an array or object at nesting level ``depth``, the
+    header itself being level 1) reaches past MAX_JSON_DEPTH levels."""
+    if type(value) is dict:
+        value = value.values()
+    elif type(value) is not list:
+        return False
+    if depth > MAX_JSON_DEPTH:
+        return True
+    return any(_too_deep(v, depth + 1) for v in value)
+
+
+# Each escape in turn (an escaped backslash is consumed whole, so "\\\\ud800" is no escape).
+_ESCAPE = re.compile(r"\\(?:u([0-9a-fA-F]{4})|.)", re.DOTALL)
+
+
+def _has_lone_surrogate(text: str) -> bool:
+    """The JSON text spells an unpaired UTF-16 surrogate (a high half not directly followed
+    by a low one, or a low half alone), which serde rejects and UTF-8 cannot encode. Read
+    from the text, not the parsed document: a key given twice drops its first value."""
+    pending = -1  # end of a high-surrogate escape waiting for its low half
+    for m in _ESCAPE.finditer(text):
+        code = int(m.group(1), 16) if m.group(1) else -1
+        if pending >= 0:
+            if m.start() != pending or not 0xDC00 <= code <= 0xDFFF:
+                return True
+            pending = -1
+        elif 0xD800 <= code <= 0xDBFF:
+            pending = m.end()
+        elif 0xDC00 <= code <= 0xDFFF:
+            return True
+    return pending >= 0
 
 
 def parse_header_bytes(path: str | Path, raw: bytes, file_size: int) -> SafetensorsHeader:
@@ -147,7 +262,7 @@ def parse_header_bytes(path: str | Path, raw: bytes, file_size: int) -> Safetens
     if canonical is not None:
         return canonical
     try:
-        obj = json.loads(text)
+        obj = _loads(text)
     except ValueError as exc:
         _fail(path, f"header is not valid JSON ({exc})")
     except RecursionError:
@@ -188,9 +303,14 @@ class _ShapeSizes(dict):
         m = _SHAPE_PIECE.fullmatch(piece)
         if m is None:
             raise _NotCanonical
-        dims = tuple(map(int, m.group(1).split(","))) if m.group(1) else ()
+        try:
+            dims = tuple(map(int, m.group(1).split(","))) if m.group(1) else ()
+        except ValueError:  # a dimension of over 4300 digits
+            raise _NotCanonical from None
+        if not _elements_fit(dims):
+            raise _NotCanonical
         nbits = prod(dims) * self.bits
-        if nbits % 8:
+        if nbits % 8 or nbits > MAX_BITS:
             raise _NotCanonical
         self.shapes[piece] = dims
         self[piece] = nbits // 8
@@ -285,10 +405,10 @@ def _parse_canonical(path, raw, text, header_size, file_size):
     if not (joined.startswith(":[0,") and joined.endswith("]},")):
         return None
     numbers = joined[2:-3].replace("]},:[", ",")  # "B,E,B,E,..."
-    # int() also takes "+1", "1_0" and other scripts' digits, which JSON does not (spaces
-    # and signs JSON allows, and a negative end cannot match the sizes' running sum).
-    # No leading zeros: only the first number, the first begin, may be 0.
-    if not numbers.isascii() or "+" in numbers or "_" in numbers or ",0" in numbers:
+    # int() also takes "+1", "1_0" and other scripts' digits, which JSON does not, and "-0",
+    # which JSON spells but serde reads as a float (and a -0 end would match an empty
+    # tensor's running sum). No leading zeros: only the first number, the first begin, may be 0.
+    if not numbers.isascii() or "+" in numbers or "_" in numbers or "-" in numbers or ",0" in numbers:
         return None
     flat = numbers.split(",")
     if len(flat) != 2 * n:
@@ -328,32 +448,60 @@ def _parse_fast(path, text, obj, header_size, file_size):
         return None
     if "true" in text or "false" in text:
         return None
+    # Escapes of surrogates (maybe lone) and files of 512 PiB or more (where a non-empty
+    # tensor's size alone no longer bounds its element count below 2**63): the exact path.
+    data = file_size - 8 - header_size
+    if ("\\" in text and _SURROGATE_ESCAPE.search(text)) or data >= 2**59:
+        return None
     try:
         infos = list(obj.values())
+        # exactly dtype, shape and data_offsets: other fields (maybe deeply nested) go the
+        # exact way
+        if not _only(map(len, infos), 3):
+            return None
         dtypes = list(map(_DTYPE, infos))
         shapes = list(map(_SHAPE, infos))
+        # Before prod(): lists of at most 64 numbers below 2**63. A string or a list among
+        # the dimensions makes max() raise (prod() of ["x", 2**32] or [[2], 2**32] would
+        # repeat the sequence: a MemoryError); long lists of huge numbers would make prod()
+        # slow. (Floats pass here and are caught by the type of the sizes below.)
+        if (
+            not _only(map(type, shapes), list)
+            or max(map(len, shapes), default=0) > 64
+            or max(chain.from_iterable(shapes), default=0) > MAX_ELEMENTS
+        ):
+            return None
         offsets = list(map(_OFFSETS, infos))
         begins = list(map(_FIRST, offsets))
         ends = list(map(_SECOND, offsets))
         bits = list(map(DTYPE_BITS.__getitem__, dtypes))
         nbits = list(map(mul, map(prod, shapes), bits))
-    except (TypeError, KeyError, IndexError):
+    except (TypeError, KeyError, IndexError, OverflowError):  # Overflow: a NaN got past max()
+        return None
+    # A key given twice vanished in json.loads; if its first value had no "dtype" (an array,
+    # a number) the counts above missed it. Every string of the text is accounted for
+    # instead: 5 per entry (name, three field names, dtype), the metadata's key and pairs.
+    # (An escaped quote makes the count unreliable: the exact path judges.)
+    strings = 5 * n + (0 if metadata is None else 1 + 2 * len(metadata)) + (metadata is None and '"__metadata__"' in text)
+    if '\\"' in text or text.count('"') != 2 * strings:
         return None
     # prod() of a shape holding a float is a float; offsets must be plain ints; lists of
     # more than two offsets are caught by the length check on the offsets' types below.
     if (
-        not _only(map(type, shapes), list)
-        or not _only(map(type, nbits), int)
+        not _only(map(type, nbits), int)
         or not _only(map(type, begins), int)
         or not _only(map(type, ends), int)
         or not _only(map(len, offsets), 2)
         or list(map(mul, map(sub, ends, begins), repeat(8))) != nbits
     ):
         return None
+    # An empty tensor's shape may hide huge dimensions behind its zero (non-empty ones are
+    # bounded by their byte size, below 2**62 elements here): each is checked.
+    if 0 in nbits and not all(_elements_fit(s) for s, b in zip(shapes, nbits) if not b):
+        return None
     # Sorted (begin, end) pairs must chain 0 -> end of file with no gap or overlap:
     # flat = [b0, e0, b1, e1, ...], so e_i == b_{i+1} is flat[1:-1:2] == flat[2::2].
     flat = list(chain.from_iterable(sorted(zip(begins, ends))))
-    data = file_size - 8 - header_size
     if flat:
         if flat[0] != 0 or flat[-1] != data or flat[1:-1:2] != flat[2::2]:
             return None
@@ -380,12 +528,21 @@ _NEGATIVE = re.compile(r"[\[,]\s*-")
 
 def _parse_exact(path: Path, text: str, header_size: int, file_size: int) -> SafetensorsHeader:
     """Entry-by-entry validation with precise errors (the reference rules)."""
+    duplicates: dict[int, tuple] = {}  # id(object) -> (the object, its keys given more than once)
     try:
-        obj = json.loads(text, object_pairs_hook=_no_duplicate_keys(path))
-    except SafetensorsFormatError:
-        raise
-    except ValueError as exc:  # pragma: no cover - already parsed once
+        obj = _loads(text, object_pairs_hook=_note_duplicate_keys(duplicates), parse_int=_serde_int)
+    except ValueError as exc:
         _fail(path, f"header is not valid JSON ({exc})")
+    except RecursionError:
+        _fail(path, "header is nested too deeply to parse")
+    if not isinstance(obj, dict):
+        _fail(path, f"header must be a JSON object, got {type(obj).__name__}")
+    # A name given twice is refused (the reference keeps the last); so is a second
+    # __metadata__ or a field given twice in an entry (the reference too). Keys repeated in
+    # the metadata map or in fields the format does not define are let be (the reference
+    # does, and so does json.loads in the fast paths: the last one counts).
+    if id(obj) in duplicates:
+        _fail(path, "duplicate key in header", duplicates[id(obj)][1][0])
 
     metadata = obj.pop("__metadata__", None)
     if metadata is not None:
@@ -398,6 +555,12 @@ def _parse_exact(path: Path, text: str, header_size: int, file_size: int) -> Saf
     for name, info in obj.items():
         if not isinstance(info, dict):
             _fail(path, "entry must be an object with dtype, shape and data_offsets", name)
+        if id(info) in duplicates:
+            twice = [k for k in duplicates[id(info)][1] if k in _FIELDS]
+            if twice:
+                _fail(path, f"entry gives {twice[0]!r} twice", name)
+        if len(info) != 3 and any(_too_deep(v, 3) for k, v in info.items() if k not in _FIELDS):
+            _fail(path, "header is nested too deeply (the reference stops at 128 levels)", name)
         try:
             dtype = info["dtype"]
             shape = info["shape"]
@@ -406,7 +569,7 @@ def _parse_exact(path: Path, text: str, header_size: int, file_size: int) -> Saf
             _fail(path, f"entry lacks {exc.args[0]!r}", name)
         bits = DTYPE_BITS.get(dtype) if isinstance(dtype, str) else None
         if bits is None:
-            _fail(path, f"unknown dtype {dtype!r}", name)
+            _fail(path, f"unknown dtype {_shown(dtype)}", name)
         _check_shape(path, name, shape)
         if (
             type(offsets) is not list
@@ -414,11 +577,13 @@ def _parse_exact(path: Path, text: str, header_size: int, file_size: int) -> Saf
             or type(offsets[0]) is not int
             or type(offsets[1]) is not int
         ):
-            _fail(path, f"data_offsets must be [begin, end] integers, got {offsets!r}", name)
+            _fail(path, f"data_offsets must be [begin, end] integers, got {_shown(offsets)}", name)
         begin, end = offsets
         if begin < 0 or end < begin:
             _fail(path, f"data_offsets [{begin}, {end}] are not an ordered non-negative range", name)
         nbits = prod(shape) * bits
+        if nbits > MAX_BITS:
+            _fail(path, f"shape {_shown(shape)} of {dtype} is {nbits} bits, past the format's 64-bit sizes", name)
         if nbits % 8:
             _fail(
                 path,
@@ -445,6 +610,9 @@ def _parse_exact(path: Path, text: str, header_size: int, file_size: int) -> Saf
             _fail(path, f"overlap: data starts at {begin}, previous tensor ended at {expected}", name)
         expected = end
 
+    if "\\" in text and _SURROGATE_ESCAPE.search(text) and _has_lone_surrogate(text):
+        _fail(path, "header holds a lone UTF-16 surrogate escape (\\ud800-\\udfff), which is no character")
+
     covered = 8 + header_size + expected
     if covered != file_size:
         if covered < file_size:
@@ -460,15 +628,23 @@ def _parse_exact(path: Path, text: str, header_size: int, file_size: int) -> Saf
     return SafetensorsHeader(path, header_size, file_size, metadata, names, *columns)
 
 
-def _no_duplicate_keys(path):
+_FIELDS = frozenset(("dtype", "shape", "data_offsets"))
+
+
+def _note_duplicate_keys(duplicates: dict):
+    """An object_pairs_hook that records, by id of the dict built, the keys given twice (and
+    the dict itself: one dropped as a duplicate's first value must not free its id for reuse)."""
+
     def hook(pairs):
         d = dict(pairs)
         if len(d) != len(pairs):
             seen = set()
+            twice = []
             for k, _ in pairs:
                 if k in seen:
-                    _fail(path, "duplicate key in header", k)
+                    twice.append(k)
                 seen.add(k)
+            duplicates[id(d)] = (d, twice)
         return d
 
     return hook
@@ -496,6 +672,8 @@ def read_header(path: str | Path) -> SafetensorsHeader:
         raise SafetensorsFormatError(path, str(exc)) from None
     except OSError as exc:
         raise SafetensorsFormatError(path, f"cannot read: {exc.strerror or exc}") from None
+    except ValueError as exc:  # a NUL or an unencodable character in the name
+        raise SafetensorsFormatError(path, f"cannot be opened ({exc})") from None
     if len(raw) != header_size:
         _fail(path, "file changed while reading the header")
     return parse_header_bytes(path, raw, file_size)

@@ -175,6 +175,28 @@ def _load_json(path: Path, what: str) -> object:
         raise InputError(path, f"{what} is nested too deeply to parse") from None
 
 
+# Nesting a side quantization file may have (as config.json: config_values.MAX_NESTING): the
+# plan deep-copies and rewrites it, and ~900 levels exhaust that copy's stack.
+MAX_SIDE_NESTING = 64
+
+
+def _check_nesting(document, path: Path, what: str, limit: int = MAX_SIDE_NESTING) -> None:
+    """One error when ``document`` nests arrays and objects more than ``limit`` levels deep
+    (iterative: no recursion to exhaust)."""
+    stack = [(document, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if type(value) is dict:
+            children = value.values()
+        elif type(value) is list:
+            children = value
+        else:
+            continue
+        if depth > limit:
+            raise InputError(path, f"{what} nests arrays and objects more than {limit} levels deep")
+        stack.extend((v, depth + 1) for v in children if type(v) in (dict, list))
+
+
 def _auto_map_modules(*configs: dict) -> set[str]:
     """Module file names (``foo.py``) referenced by ``auto_map`` entries."""
     names: set[str] = set()
@@ -813,6 +835,7 @@ def _open_source(root: Path) -> ModelSource:
             obj = _load_json(p, name)
             if not isinstance(obj, dict):
                 raise InputError(p, f"{name} must hold a JSON object")
+            _check_nesting(obj, p, name)
             side_quant[name] = obj
 
     # --- shards: from the index when there is one, else every *.safetensors at the top

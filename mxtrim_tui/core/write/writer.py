@@ -89,6 +89,8 @@ def _inside(child: Path, parent: Path) -> bool:
 
 
 def check_output_dir(out: Path, source_root: Path) -> None:
+    if out.resolve() == source_root.resolve():
+        raise OutputError(out, "is the source model directory; the source is never modified (choose another output directory)")
     if os.path.lexists(out):
         raise OutputError(out, "already exists; mxtrim never overwrites an output (choose another output directory)")
     if _inside(out, source_root):

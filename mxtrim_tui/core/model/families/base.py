@@ -99,6 +99,9 @@ class Family:
     metax_dense_mtp_depth: int | None = None
     # What to do when the renumbered config cannot express the kept kinds.
     formula_fix: str = "choose layers whose kinds the family's rules can express at the new indices"
+    # Structure fields the runtime reads as whole numbers, with their least value (null is
+    # allowed): checked when the inventory is built (config_values checks the common ones).
+    whole_fields: tuple[tuple[str, int], ...] = ()
 
 
 # --- small helpers shared by family modules -------------------------------------------

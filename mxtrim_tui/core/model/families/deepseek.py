@@ -8,6 +8,22 @@ from ``index_topk_pattern`` or ``index_topk_freq``/``index_skip_topk_offset``.
 
 from .base import DSA_FULL, DSA_SHARED, FULL, MLA, MOE, Family, Mtp, Stack, deepseek_moe_mlp, first_int, set_first_k_dense
 
+# What vLLM's deepseek_v2.py reads as whole numbers (null: absent), with the least sensible
+# value; a string here used to reach transformers, and the plan said "not checked".
+WHOLE_FIELDS = (
+    ("kv_lora_rank", 0),
+    ("q_lora_rank", 0),
+    ("qk_nope_head_dim", 0),
+    ("qk_rope_head_dim", 0),
+    ("v_head_dim", 0),
+    ("n_shared_experts", 0),
+    ("n_group", 1),
+    ("topk_group", 1),
+    ("index_n_heads", 1),
+    ("index_head_dim", 1),
+    ("index_topk", 1),
+)
+
 SHARED = (
     ("model.embed_tokens.", "embeddings"),
     ("model.norm.", "final norm"),
@@ -93,6 +109,7 @@ DEEPSEEK_V3 = Family(
     dense_prefix=True,
     mtp_ignored_by_transformers=True,
     metax_dense_mtp_depth=40,
+    whole_fields=WHOLE_FIELDS,
 )
 
 # The DeepSeek-V3.2 stack, shared with GLM-5.x: MLA + DSA indexer + DeepSeek MoE placement.
@@ -115,6 +132,7 @@ DEEPSEEK_V32 = Family(
     dense_prefix=True,
     mtp_ignored_by_transformers=True,
     metax_dense_mtp_depth=40,
+    whole_fields=WHOLE_FIELDS,
 )
 
 FAMILIES = (DEEPSEEK_V3, DEEPSEEK_V32)

@@ -8,7 +8,7 @@ indexer with IndexCache 'shared' layers) and the DeepSeek MoE rule. Both store M
 """
 
 from .base import DENSE, DSA_FULL, FULL, MOE, Family, Mtp, Stack, deepseek_moe_mlp, first_int, set_first_k_dense
-from .deepseek import DSA_MTP, DSA_STACKS, DSA_TRIM, SHARED, dsa_attention, mla_attention
+from .deepseek import DSA_MTP, DSA_STACKS, DSA_TRIM, SHARED, WHOLE_FIELDS, dsa_attention, mla_attention
 
 
 def glm4_moe_mlp(cfg: dict, idx: int) -> str:
@@ -63,6 +63,7 @@ GLM4_MOE = Family(
     dense_prefix=True,
     requires_moe=True,
     mtp_ignored_by_transformers=True,
+    whole_fields=WHOLE_FIELDS,
 )
 
 GLM_MOE_DSA = Family(
@@ -78,6 +79,7 @@ GLM_MOE_DSA = Family(
     dense_prefix=True,
     mtp_ignored_by_transformers=True,
     metax_dense_mtp_depth=40,
+    whole_fields=WHOLE_FIELDS,
 )
 
 FAMILIES = (GLM4_MOE, GLM_MOE_DSA)
