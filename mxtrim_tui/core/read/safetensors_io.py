@@ -448,10 +448,11 @@ def _parse_fast(path, text, obj, header_size, file_size):
         return None
     if "true" in text or "false" in text:
         return None
-    # Escapes of surrogates (maybe lone) and files of 512 PiB or more (where a non-empty
-    # tensor's size alone no longer bounds its element count below 2**63): the exact path.
+    # Escaped quotes (the string count below would be wrong), escapes of surrogates (maybe
+    # lone) and files of 512 PiB or more (where a non-empty tensor's size alone no longer
+    # bounds its element count below 2**63): the exact path judges.
     data = file_size - 8 - header_size
-    if ("\\" in text and _SURROGATE_ESCAPE.search(text)) or data >= 2**59:
+    if ("\\" in text and ('\\"' in text or _SURROGATE_ESCAPE.search(text))) or data >= 2**59:
         return None
     try:
         infos = list(obj.values())
@@ -481,9 +482,8 @@ def _parse_fast(path, text, obj, header_size, file_size):
     # A key given twice vanished in json.loads; if its first value had no "dtype" (an array,
     # a number) the counts above missed it. Every string of the text is accounted for
     # instead: 5 per entry (name, three field names, dtype), the metadata's key and pairs.
-    # (An escaped quote makes the count unreliable: the exact path judges.)
     strings = 5 * n + (0 if metadata is None else 1 + 2 * len(metadata)) + (metadata is None and '"__metadata__"' in text)
-    if '\\"' in text or text.count('"') != 2 * strings:
+    if text.count('"') != 2 * strings:
         return None
     # prod() of a shape holding a float is a float; offsets must be plain ints; lists of
     # more than two offsets are caught by the length check on the offsets' types below.

@@ -28,7 +28,7 @@ from operator import attrgetter
 from pathlib import Path, PurePosixPath
 
 from ..errors import IndexConsistencyError, InputError
-from .config_values import check_config_values
+from .config_values import check_config_values, check_nesting
 from .files import NotRegularFile, TooLarge, open_regular, read_limited
 from .safetensors_io import JSON_WHITESPACE, SafetensorsHeader, TensorInfo, read_header
 
@@ -173,28 +173,6 @@ def _load_json(path: Path, what: str) -> object:
         raise InputError(path, f"{what} is not valid JSON ({exc})") from None
     except RecursionError:
         raise InputError(path, f"{what} is nested too deeply to parse") from None
-
-
-# Nesting a side quantization file may have (as config.json: config_values.MAX_NESTING): the
-# plan deep-copies and rewrites it, and ~900 levels exhaust that copy's stack.
-MAX_SIDE_NESTING = 64
-
-
-def _check_nesting(document, path: Path, what: str, limit: int = MAX_SIDE_NESTING) -> None:
-    """One error when ``document`` nests arrays and objects more than ``limit`` levels deep
-    (iterative: no recursion to exhaust)."""
-    stack = [(document, 1)]
-    while stack:
-        value, depth = stack.pop()
-        if type(value) is dict:
-            children = value.values()
-        elif type(value) is list:
-            children = value
-        else:
-            continue
-        if depth > limit:
-            raise InputError(path, f"{what} nests arrays and objects more than {limit} levels deep")
-        stack.extend((v, depth + 1) for v in children if type(v) in (dict, list))
 
 
 def _auto_map_modules(*configs: dict) -> set[str]:
@@ -835,7 +813,7 @@ def _open_source(root: Path) -> ModelSource:
             obj = _load_json(p, name)
             if not isinstance(obj, dict):
                 raise InputError(p, f"{name} must hold a JSON object")
-            _check_nesting(obj, p, name)
+            check_nesting(obj, p, name)
             side_quant[name] = obj
 
     # --- shards: from the index when there is one, else every *.safetensors at the top
