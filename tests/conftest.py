@@ -11,3 +11,13 @@ import os
 import tempfile
 
 os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="mxtrim-test-state-")
+
+# Signals as a shell gives a foreground job: started under nohup or as a background job, the
+# suite would inherit Ctrl-C and hang-up ignored, and so would every mxtrim and server the tests
+# start and signal (an ignored disposition survives exec).
+import signal
+
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+if signal.getsignal(signal.SIGHUP) is signal.SIG_IGN:
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
