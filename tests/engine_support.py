@@ -47,3 +47,13 @@ def tree_digest(root: Path, limit: int = -1) -> dict:
             st = p.stat()
             out[str(p.relative_to(root))] = (digest, st.st_size, st.st_mtime_ns)
     return out
+
+
+def mount_tmpfs(where: Path, options: str) -> str | None:
+    """Mount a tmpfs with ``options`` at ``where``; None when mounted, else why it could not be
+    (not root, no mount command, a container without the right): the caller skips with it."""
+    try:
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(where)], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return str(exc)
+    return None if r.returncode == 0 else (r.stderr.strip() or f"mount exited with {r.returncode}")

@@ -113,7 +113,7 @@ from typing import Callable
 
 import pytest
 
-from engine_support import run_cli, tree_digest
+from engine_support import mount_tmpfs, run_cli, tree_digest
 from mxtrim_tui import cli
 from mxtrim_tui.synth.checkpoint import write_checkpoint
 from mxtrim_tui.synth.layouts.deepseek import deepseek_v3, kimi_k2
@@ -665,9 +665,9 @@ def _(c: Ctx) -> Case:
     """As root a 0o555 directory is writable: a read-only tmpfs is mounted instead."""
     ro = c.work / "ro"
     ro.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(ro)], capture_output=True, text=True)
-    if r.returncode != 0:
-        pytest.skip(f"cannot mount a read-only tmpfs here: {r.stderr.strip() or r.returncode}")
+    why = mount_tmpfs(ro, "ro,size=1m")
+    if why is not None:
+        pytest.skip(f"cannot mount a read-only tmpfs here: {why}")
     c.finalizers.append(lambda: subprocess.run(["umount", str(ro)], check=True))
     out = ro / "sub" / "out"
     return Case((str(out), f"cannot write in {ro}", "Read-only file system"), out=out)

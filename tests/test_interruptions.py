@@ -16,7 +16,7 @@ import sys
 import pytest
 
 from benchmarks.interruptions import event_of, interrupt, rerun_problems, start_trim, trial_problems
-from engine_support import plan_for, run_cli, tree_digest
+from engine_support import mount_tmpfs, plan_for, run_cli, tree_digest
 from mxtrim_tui.core.write.extract_script import SCRIPT_NAME, build_extraction
 from mxtrim_tui.core.write.leftovers import find_leftovers
 from mxtrim_tui.synth.checkpoint import write_checkpoint
@@ -120,9 +120,9 @@ def small_volume(tmp_path):
     """A 24 MiB tmpfs mounted by the test (root only); skipped with the reason otherwise."""
     mount = tmp_path / "vol"
     mount.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", str(mount)], capture_output=True, text=True)
-    if r.returncode != 0:
-        pytest.skip(f"cannot mount a small tmpfs here: {r.stderr.strip() or r.returncode}")
+    why = mount_tmpfs(mount, "size=24m")
+    if why is not None:
+        pytest.skip(f"cannot mount a small tmpfs here: {why}")
     yield mount
     subprocess.run(["umount", "-l", str(mount)], check=False)
 
