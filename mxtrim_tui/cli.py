@@ -88,6 +88,8 @@ def _parser() -> argparse.ArgumentParser:
     pl = sub.add_parser("plan", help="show what a trim would do; writes nothing")
     selection_args(pl)
     pl.add_argument("--tensors", action="store_true", help="with --json: list every tensor rename and drop")
+    pl.add_argument("--fetch-list", action="store_true",
+                    help="print only the source shards a real-weight trim reads, one file name per line")
 
     tr = sub.add_parser("trim", help="write a trimmed output directory")
     selection_args(tr)
@@ -195,7 +197,12 @@ def cmd_plan(args) -> int:
     raw = _serve_raw(args)
     plan = _plan(args)
     blocking = _parallelism_errors(plan, _serve_inputs(plan, raw))
-    if args.json:
+    if args.fetch_list:
+        from .core.plan.needed_shards import needed_shards
+
+        for shard in needed_shards(plan):  # one name per line, for a downloader
+            print(shard.file)
+    elif args.json:
         from .core.plan.plan_json import plan_to_json
 
         json.dump(plan_to_json(plan, with_tensors=args.tensors), sys.stdout, indent=2)

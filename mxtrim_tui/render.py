@@ -126,6 +126,21 @@ def render_inventory(inv: Inventory, console: Console) -> None:
         console.print(RichGroup(*[Text("⚠ " + w, style="yellow") for w in inv.warnings]))
 
 
+def _print_needed_shards(plan, console: Console) -> None:
+    """Which source shards a real-weight trim reads (what to download for it)."""
+    from .core.plan.needed_shards import needed_shards
+
+    needed = needed_shards(plan)
+    total = len(plan.inventory.source.shards)
+    if not needed or total < 2:
+        return
+    names = ", ".join(s.file for s in needed[:6]) + (f", … ({len(needed) - 6} more)" if len(needed) > 6 else "")
+    console.print(
+        f"a real-weight trim reads {len(needed)} of {total} shards "
+        f"({human_bytes(sum(s.file_bytes for s in needed))}): {names}  [dim](--fetch-list prints them one per line)[/]"
+    )
+
+
 def render_plan(plan, console: Console) -> None:
     """The plan as `mxtrim plan` prints it."""
     from .core.plan.config_edit import short_value
@@ -137,6 +152,7 @@ def render_plan(plan, console: Console) -> None:
         + (f"; MTP {'kept' if plan.mtp_kept else 'dropped'}" if "mtp" in inv.submodels else "")
         + f"; retained tensors {human_bytes(plan.retained_bytes)} of {human_bytes(inv.total_bytes)}"
     )
+    _print_needed_shards(plan, console)
     mapping = Table(title="Layer mapping (new ← original)", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
     for col in ("", "submodel", "new ← orig", "stored as", "kind"):
         mapping.add_column(col, overflow="fold")

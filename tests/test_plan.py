@@ -396,3 +396,23 @@ def test_cli_blocking_errors_and_bad_specs(sparse_models, tmp_path):
     assert out.returncode == 2 and "not an index" in out.stderr
     out = run_cli("plan", str(root), "--keep", "0,1")
     assert out.returncode == 0 and "Coverage" in out.stdout
+
+
+def test_fetch_list_names_exactly_the_shards_a_weights_trim_reads(tmp_path):
+    """--fetch-list: the shards holding layers 0 and 3 and the non-layer tensors, from the
+    index; the real-weight trim's manifest reads from exactly those."""
+    root = write_checkpoint(tmp_path / "src", LAYOUTS["llama3"](num_layers=6, hidden_size=64, vocab_size=128),
+                            data="random", max_shard_bytes=40_000)
+    weight_map = json.loads((root / "model.safetensors.index.json").read_text())["weight_map"]
+    expected = sorted({shard for name, shard in weight_map.items()
+                       if ".layers." not in name or ".layers.0." in name or ".layers.3." in name})
+    assert 1 < len(expected) < len(set(weight_map.values()))
+    listed = run_cli("plan", str(root), "--keep", "0,3", "--fetch-list")
+    assert listed.returncode == 0 and listed.stdout.splitlines() == expected, listed.stderr
+    doc = json.loads(run_cli("plan", str(root), "--keep", "0,3", "--json").stdout)
+    assert [s["file"] for s in doc["needed_shards"]] == expected
+    assert all(s["present"] and s["file_bytes"] == (root / s["file"]).stat().st_size for s in doc["needed_shards"])
+    out = tmp_path / "out"
+    assert run_cli("trim", str(root), "--mode", "weights", "--keep", "0,3", "--out", str(out)).returncode == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert sorted({row["source_file"] for row in manifest["tensors"]}) == expected

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from .build import TrimPlan
+from .needed_shards import needed_shards
 
 SCHEMA = "mxtrim.plan/1"
 
@@ -60,6 +61,7 @@ def plan_to_json(plan: TrimPlan, *, with_tensors: bool = False) -> dict:
         "issues": [{"level": i.level, "message": i.message, "fix": i.fix} for i in plan.issues],
         "ok": not plan.errors,
     }
+    doc["needed_shards"] = [s.to_json() for s in needed_shards(plan)]
     if with_tensors:
         doc["tensors"]["renames"] = [[o, n] for o, n in plan.renames]
         doc["tensors"]["dropped_names"] = [[t, r] for t, r in plan.dropped]
