@@ -12,7 +12,6 @@ a pid record (``leftovers``) lets the next run find and stop what is left even t
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import os
 import signal
@@ -25,6 +24,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..child_process import parent_death_signal
 from . import leftovers
 from .http import get
 
@@ -290,29 +290,6 @@ class Server:
     def _join_readers(self, timeout: float = 5.0) -> None:
         for t in self._readers:
             t.join(timeout=timeout)
-
-
-def parent_death_signal(sig: signal.Signals = signal.SIGTERM):
-    """A ``preexec_fn`` (Linux; None elsewhere): the child gets ``sig`` when the thread that
-    started it ends — the mxtrim killed with SIGKILL included. Only the child itself: the
-    pid record covers its own children. Only in a single-threaded process (the CLI's: the
-    thread that starts the server outlives it); with other threads running, the pid record
-    alone covers a SIGKILL."""
-    if not sys.platform.startswith("linux") or threading.active_count() > 1:
-        return None  # preexec_fn after fork in a process with threads may deadlock
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    parent = os.getpid()
-    PR_SET_PDEATHSIG = 1
-
-    def preexec() -> None:
-        prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
-        if os.getppid() != parent:  # it died before the prctl took effect
-            os.kill(os.getpid(), sig)
-
-    return preexec
 
 
 @contextlib.contextmanager

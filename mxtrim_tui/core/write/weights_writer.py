@@ -22,7 +22,6 @@ script, removes every partial file and leaves the source untouched.
 
 from __future__ import annotations
 
-import ctypes
 import hashlib
 import json
 import os
@@ -50,6 +49,7 @@ from ..plan.build import TrimPlan
 from .report import render_report
 from ..read.safetensors_io import read_header
 from ..read.source import INDEX_NAME, ModelSource, open_source
+from ..child_process import parent_death_signal
 from .leftovers import remove_leftovers, signals_held
 from .structure_check import StructureResult, check_structure, not_checked
 from ..units import DEFAULT_MAX_SHARD_BYTES
@@ -80,7 +80,6 @@ HASH_BUFFER = 1 << 20  # per hashing thread
 # Files mxtrim writes itself; a source asset of the same name is not copied over them.
 GENERATED = frozenset({SCRIPT_NAME, MANIFEST_NAME, PLAN_NAME, README_NAME, INDEX_NAME})
 SCRIPT_STOP_TIMEOUT = 10.0  # seconds the script gets to clean up after SIGTERM
-PR_SET_PDEATHSIG = 1  # prctl(2)
 
 
 class AccountingError(OutputError):
@@ -236,22 +235,6 @@ def run_extraction_script(script: Path, source: Path, out: Path, emit, cancel=No
         raise OutputError(out, f"{SCRIPT_NAME} failed (exit status {rc}): {detail}")
     emit({"event": "stage", "name": "extract", "status": "done", **{k: v for k, v in done.items() if k != "event"}})
     return done
-
-
-def parent_death_signal():
-    """A ``preexec_fn`` asking Linux to send the child SIGTERM when its parent dies (None
-    elsewhere). The libc function is looked up here, before the fork."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-
-    def set_signal() -> None:
-        prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-
-    return set_signal
 
 
 def stop_process(proc: subprocess.Popen) -> None:
