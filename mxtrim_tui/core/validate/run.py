@@ -250,7 +250,7 @@ def extra_rows(v: Validation, out: Path, plan: dict, opts: ServeOptions, base: s
 
 def _exit_json(exit_info) -> dict:
     return {"returncode": exit_info.returncode, "requested": exit_info.requested, "signal": exit_info.signal_used,
-            "survivors": exit_info.survivors}
+            "stragglers": exit_info.stragglers, "survivors": exit_info.survivors}
 
 
 def _has_chat_template(out: Path) -> bool:

@@ -131,6 +131,7 @@ class ServerExit:
     requested: bool  # we asked it to stop
     signal_used: str | None  # the strongest signal it took
     survivors: list[int]  # pids of its group still alive after everything (should be empty)
+    stragglers: list[int] = field(default_factory=list)  # outlived the leader's exit and were killed
 
 
 class Server:
@@ -271,12 +272,15 @@ class Server:
                     break
                 except subprocess.TimeoutExpired:
                     continue
-        survivors = group_members(self.proc.pid)
-        for pid in survivors:  # children that left the leader behind: never leave a server
+        # vLLM's engine process may still be shutting down when the API server has exited:
+        # give the group the same grace, then kill what is left; never leave a server behind
+        stragglers = self._drain_group(0.0 if self.hurry else grace[0])
+        for pid in stragglers:
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+        survivors = self._drain_group(5.0) if stragglers else []
         leftovers.remove_record(self.record_path)  # nothing of it runs: nothing to find later
         self.record_path = None
         self._join_readers()
@@ -285,7 +289,16 @@ class Server:
                 self._log.write(f"[mxtrim] server stopped ({used or 'already exited'}), exit status {self.proc.returncode}\n")
                 self._log.close()
                 self._log = None
-        return ServerExit(self.proc.returncode, True, used, survivors)
+        return ServerExit(self.proc.returncode, True, used, survivors, stragglers)
+
+    def _drain_group(self, wait: float) -> list[int]:
+        """Members of the server's process group still alive after up to ``wait`` seconds."""
+        deadline = time.monotonic() + wait
+        while True:
+            members = group_members(self.proc.pid)
+            if not members or time.monotonic() >= deadline:
+                return members
+            time.sleep(0.1)
 
     def _join_readers(self, timeout: float = 5.0) -> None:
         for t in self._readers:
