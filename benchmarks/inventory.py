@@ -1,10 +1,12 @@
 """Inventory speed on a DeepSeek-V3-shaped sparse checkpoint (full-size headers, no data).
 
-Compares, in one run on the same files (page cache warm for all three):
+Compares, in one run on the same files (page cache warm for all of them):
   * baseline ``json-loop``: a bare loop that reads every shard's header and ``json.loads`` it;
   * ``safe_open``: ``safetensors.safe_open`` opening every shard and listing its keys;
   * ``mxtrim``: ``open_source`` + ``build_inventory`` (strict validation of every header,
-    index cross-check, file classification, layer kinds, groups, quantization).
+    index cross-check, file classification, layer kinds, groups, quantization);
+  * ``mxtrim, index only``: the same on a copy holding only the JSON files (config,
+    tokenizer, index), as a user has before downloading any shard: names from the index.
 
 Usage: python benchmarks/inventory.py [--repeat N] [--dir PATH] [--sorted-index]
 
@@ -61,6 +63,21 @@ def with_sorted_index(root: Path) -> Path:
     return sorted_root
 
 
+def index_only_copy(root: Path) -> Path:
+    """A sibling of ``root`` with its JSON files only: config, tokenizer files and the index."""
+    target = root.with_name(root.name + "-index-only")
+    if not (target / ".complete").exists():
+        import shutil
+
+        shutil.rmtree(target, ignore_errors=True)
+        target.mkdir(parents=True)
+        for f in root.iterdir():
+            if f.suffix in (".json", ".jinja"):
+                shutil.copy2(f, target / f.name)
+        (target / ".complete").write_text("ok")
+    return target
+
+
 def json_loop(root: Path) -> int:
     n = 0
     for shard in sorted(root.glob("*.safetensors")):
@@ -111,11 +128,13 @@ def main() -> None:
     disk = sum(p.stat().st_blocks * 512 for p in args.dir.iterdir() if p.is_file())
     logical = sum(p.stat().st_size for p in args.dir.iterdir() if p.is_file())
     print(f"checkpoint: {root}  shards={shards}  logical={logical / 2**30:.1f} GiB  on disk={disk / 2**20:.1f} MiB")
+    index_only = index_only_copy(root)
     rows = measure_interleaved(
         (
             ("json-loop (baseline)", json_loop),
             ("safe_open", safe_open_loop),
             ("mxtrim inventory", mxtrim_inventory),
+            ("mxtrim, index only", lambda _root: mxtrim_inventory(index_only)),
         ),
         root,
         args.repeat,
@@ -125,6 +144,8 @@ def main() -> None:
     print(f"{'method':24} {'best s':>8} {'median s':>9} {'tensors':>8} {'× best':>7} {'× median':>9}")
     for name, best, med, n in rows:
         print(f"{name:24} {best:8.3f} {med:9.3f} {n:8d} {best / base:7.2f} {med / base_median:9.2f}")
+    whole, index = rows[2], rows[3]
+    print(f"index only / complete inventory: {index[1] / whole[1]:.2f}x best, {index[2] / whole[2]:.2f}x median")
 
 
 if __name__ == "__main__":

@@ -77,6 +77,9 @@ def _parser() -> argparse.ArgumentParser:
             help="write even when transformers builds other layers from the output config than the kept ones "
             "(the report says so)",
         )
+        sp.add_argument("--repo", metavar="OWNER/NAME",
+                        help="the Hub repository of the source, for the download command of missing shards "
+                        "(default: config.json's _name_or_path when it is one)")
         sp.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
         serve = sp.add_argument_group("serve settings", "written into the report's vllm serve command; checked against the model")
         serve.add_argument("--tp", metavar="N", help="tensor-parallel size (must divide the attention heads)")
@@ -212,7 +215,7 @@ def cmd_plan(args) -> int:
 
         from .render import render_plan
 
-        render_plan(plan, Console())
+        render_plan(plan, Console(), repo=args.repo)
     if plan.errors or blocking:
         print(_blocking_line(plan, blocking), file=sys.stderr)
         return 1
@@ -237,6 +240,12 @@ def cmd_trim(args) -> int:
     plan = _plan(args)
     serve = _serve_inputs(plan, raw)
     blocking = _parallelism_errors(plan, serve)
+    if args.mode == "weights":
+        from .core.plan.needed_shards import weights_blocker
+
+        missing = weights_blocker(plan, args.repo)
+        if missing:
+            blocking.append(missing)
     if plan.errors or blocking:
         if args.json:
             json.dump(plan_to_json(plan) | {"output": None}, sys.stdout, indent=2)
@@ -283,7 +292,7 @@ def cmd_trim(args) -> int:
         from .render import render_plan
 
         console = Console()
-        render_plan(plan, console)
+        render_plan(plan, console, repo=args.repo)
         console.print(f"[bold green]wrote[/] {result.path} ({len(result.files)} files; see README.md there)")
         if checks is not None:
             integ = result.integrity

@@ -11,7 +11,7 @@ from rich.text import Text
 
 from .core.model.inventory import Inventory
 from .core.read.source import FileKind
-from .core.units import human_bytes, index_ranges
+from .core.units import human_bytes, index_ranges, shown_bytes
 
 PALETTE = (
     "bright_blue", "bright_magenta", "bright_green", "bright_yellow", "bright_cyan", "bright_red",
@@ -45,11 +45,8 @@ def render_inventory(inv: Inventory, console: Console) -> None:
     head.add_row("family", f"{inv.family.display} [dim]({inv.family.key})[/]")
     head.add_row("architecture", ", ".join(src.architectures) or "—")
     head.add_row("model_type", src.model_type or "—")
-    head.add_row(
-        "weights",
-        f"{human_bytes(inv.total_bytes)} ({inv.total_bytes:,} B) in {inv.total_tensors:,} tensors, "
-        f"{len(src.shards)} shard(s){' + index' if src.index_file is not None else ''}",
-    )
+    head.add_row("weights", weights_line(inv))
+    head.add_row("source", src.state_detail)
     head.add_row("quantization", inv.quantization.summary() + f" [dim]from {inv.quantization.location}[/]" if inv.quantization else "none")
     console.print(Panel(head, title=f"[b]{src.root}[/]", expand=False))
 
@@ -63,7 +60,7 @@ def render_inventory(inv: Inventory, console: Console) -> None:
             Text.assemble((sm.name, "bold"), (f" {sm.role}{where}", "dim")),
             f"{declared}/{len(sm.layers)}",
             f"{sm.tensor_count:,}",
-            human_bytes(sm.nbytes),
+            shown_bytes(sm.nbytes, sm.bytes_known),
         )
     console.print(subs)
     for sm in inv.submodels.values():
@@ -82,10 +79,10 @@ def render_inventory(inv: Inventory, console: Console) -> None:
         groups.add_row(
             Text(g.symbol, style=f"bold {group_style(g.id)}"),
             kind,
-            "/".join(k.weight_dtypes) or "—",
+            ("/".join(k.weight_dtypes) or "—") + ("" if g.bytes_known or not k.weight_dtypes else " [dim](estimated)[/]"),
             str(len(g.layers)),
             index_ranges(g.layers),
-            human_bytes(g.nbytes),
+            shown_bytes(g.nbytes, g.bytes_known),
         )
     console.print(groups)
 
@@ -93,10 +90,10 @@ def render_inventory(inv: Inventory, console: Console) -> None:
     for col in ("submodel", "part", "tensors", "bytes"):
         parts.add_column(col, justify="right" if col in ("tensors", "bytes") else "left")
     for p in inv.shared:
-        parts.add_row("shared", p.label, str(len(p.tensors)), human_bytes(p.nbytes))
+        parts.add_row("shared", p.label, str(len(p.tensors)), shown_bytes(p.nbytes, p.bytes_known))
     for sm in inv.submodels.values():
         for p in sm.parts:
-            parts.add_row(sm.name, p.label, str(len(p.tensors)), human_bytes(p.nbytes))
+            parts.add_row(sm.name, p.label, str(len(p.tensors)), shown_bytes(p.nbytes, p.bytes_known))
     if parts.row_count:
         console.print(parts)
 
@@ -126,22 +123,43 @@ def render_inventory(inv: Inventory, console: Console) -> None:
         console.print(RichGroup(*[Text("⚠ " + w, style="yellow") for w in inv.warnings]))
 
 
-def _print_needed_shards(plan, console: Console) -> None:
-    """Which source shards a real-weight trim reads (what to download for it)."""
-    from .core.plan.needed_shards import needed_shards
+def weights_line(inv: Inventory) -> str:
+    """Total tensor bytes, tensor and shard counts, and what of it is on disk."""
+    src = inv.source
+    if not src.all_headers:
+        return "none: no shards and no index (dummy trims only)"
+    total = inv.total_bytes
+    size = f"{human_bytes(total)} ({total:,} B)" if total is not None else "size unknown (the index gives no total_size)"
+    line = f"{size} in {inv.total_tensors:,} tensors, {len(src.all_headers)} shard(s){' + index' if src.index_file is not None else ''}"
+    if src.absent_shards:
+        line += f"; {len(src.shards)} on disk ({human_bytes(src.present_tensor_bytes)})"
+    return line
+
+
+def _print_needed_shards(plan, console: Console, repo: str | None = None) -> None:
+    """Which source shards a real-weight trim reads (what to download for it), and the
+    command that fetches those not on disk."""
+    from .core.plan.needed_shards import download_command, missing_shards, needed_shards, needed_summary, repo_id
 
     needed = needed_shards(plan)
-    total = len(plan.inventory.source.shards)
-    if not needed or total < 2:
+    src = plan.inventory.source
+    total = len(src.all_headers)
+    if not needed or (total < 2 and not src.absent_shards):
         return
     names = ", ".join(s.file for s in needed[:6]) + (f", … ({len(needed) - 6} more)" if len(needed) > 6 else "")
-    console.print(
-        f"a real-weight trim reads {len(needed)} of {total} shards "
-        f"({human_bytes(sum(s.file_bytes for s in needed))}): {names}  [dim](--fetch-list prints them one per line)[/]"
-    )
+    console.print(f"a real-weight trim {needed_summary(needed, total)}: {names}  [dim](--fetch-list prints them one per line)[/]")
+    missing = missing_shards(needed)
+    if missing:
+        repo = repo_id(src.config, repo)
+        if repo:
+            console.print(f"   fetch the {len(missing)} missing:", style="dim")
+            # one line whatever the width, so it can be copied and run as it is
+            console.print(Text(download_command(repo, missing, str(src.root))), soft_wrap=True)
+        else:
+            console.print(Text(f"   {len(missing)} not on disk; --repo OWNER/NAME shows the command that fetches them", style="dim"))
 
 
-def render_plan(plan, console: Console) -> None:
+def render_plan(plan, console: Console, repo: str | None = None) -> None:
     """The plan as `mxtrim plan` prints it."""
     from .core.plan.config_edit import short_value
 
@@ -150,9 +168,9 @@ def render_plan(plan, console: Console) -> None:
     console.print(
         f"[b]{inv.model_name}[/]: keep {plan.new_depth} of {inv.text.declared_depth if inv.text else '?'} text layers{auto}"
         + (f"; MTP {'kept' if plan.mtp_kept else 'dropped'}" if "mtp" in inv.submodels else "")
-        + f"; retained tensors {human_bytes(plan.retained_bytes)} of {human_bytes(inv.total_bytes)}"
+        + f"; retained tensors {shown_bytes(plan.retained_bytes, plan.retained_bytes_known)} of {shown_bytes(inv.total_bytes)}"
     )
-    _print_needed_shards(plan, console)
+    _print_needed_shards(plan, console, repo)
     mapping = Table(title="Layer mapping (new ← original)", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
     for col in ("", "submodel", "new ← orig", "stored as", "kind"):
         mapping.add_column(col, overflow="fold")

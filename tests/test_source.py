@@ -87,11 +87,46 @@ def test_config_nested_too_deeply_is_one_clear_error(tmp_path):
     assert next(f for f in open_source(root).files if f.path == "generation_config.json").kind is FileKind.UNKNOWN
 
 
-def test_index_names_a_missing_shard(tmp_path):
+def test_index_naming_a_missing_shard_is_a_partial_source_not_an_error(tmp_path):
     root = small_llama(tmp_path)
+    whole = open_source(root)
     shard = sorted(root.glob("model-*.safetensors"))[1]
     shard.unlink()
-    with pytest.raises(IndexConsistencyError, match=f"shard '{shard.name}' listed in the index is missing"):
+    src = open_source(root)
+    assert src.state == "partial" and list(src.absent_shards) == [shard.name]
+    assert src.state_detail == f"partial download: {len(whole.shards) - 1} of {len(whole.shards)} shards present"
+    # every name the index gives is still known, with its shard; only bytes are not
+    assert src.tensor_shard == whole.tensor_shard and src.tensor_count == whole.tensor_count
+    assert src.tensor_bytes == whole.tensor_bytes  # the index's total_size
+    absent_names = [t for t, r in whole.tensor_shard.items() if r == shard.name]
+    assert not any(map(src.is_present, absent_names)) and src.tensor(absent_names[0]).nbytes == 0
+    assert any(shard.name not in w and "not present" in w for w in src.warnings)
+
+
+def test_index_with_no_shard_present_is_an_index_only_source(tmp_path):
+    root = small_llama(tmp_path)
+    for shard in root.glob("model-*.safetensors"):
+        shard.unlink()
+    src = open_source(root)
+    assert src.state == "index only" and not src.shards and src.tensor_count > 0
+    assert not any("config-only" in w for w in src.warnings)
+    (root / "model.safetensors.index.json").unlink()
+    assert open_source(root).state == "config only" and open_source(root).tensor_bytes is None
+
+
+def test_partial_source_still_refuses_a_broken_present_shard_and_a_short_total(tmp_path):
+    root = small_llama(tmp_path)
+    shards = sorted(root.glob("model-*.safetensors"))
+    shards[0].unlink()
+    data = shards[1].read_bytes()
+    shards[1].write_bytes(data[: len(data) - 4])  # truncated: an error for anything that reads it
+    with pytest.raises(InputError, match=shards[1].name):
+        open_source(root)
+    shards[1].write_bytes(data)
+    doc = load_index(root)
+    doc["metadata"]["total_size"] = 8  # less than the shards present hold
+    (root / "model.safetensors.index.json").write_text(json.dumps(doc))
+    with pytest.raises(IndexConsistencyError, match="the shards present already hold"):
         open_source(root)
 
 

@@ -20,6 +20,14 @@ def human_bytes(n: int | float) -> str:
     raise AssertionError("unreachable")
 
 
+def shown_bytes(n: int | None, known: bool = True) -> str:
+    """``human_bytes`` of a size that may be partly unknown (tensors in shards not on disk):
+    "unknown" when nothing of it is known, "≥ X" when only part is."""
+    if n is None or (not known and n == 0):
+        return "unknown"
+    return human_bytes(n) if known else f"≥ {human_bytes(n)}"
+
+
 def index_ranges(idx) -> str:
     """[0, 1, 2, 5, 7, 8] -> '0-2,5,7-8'."""
     out, start, prev = [], None, None

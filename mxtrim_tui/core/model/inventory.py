@@ -38,9 +38,10 @@ from .families.base import (
     first_int,
     layer_types_rule,
 )
-from .quant import Quantization, detect_quantization
+from .quant import Quantization, detect_quantization, estimated_weight_dtypes
 from ..errors import InputError
 from ..read.source import ModelSource, gc_paused
+from ..read.safetensors_io import ABSENT_DTYPE
 from ..units import index_ranges
 
 
@@ -115,10 +116,15 @@ class Layer:
     quant_ignored: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     group: int = -1
+    absent_tensors: int = 0  # tensors in shards not on disk: their bytes are not in nbytes
 
     @property
     def name(self) -> str:
         return f"{self.prefix}{self.stored_index}"
+
+    @property
+    def bytes_known(self) -> bool:
+        return not self.absent_tensors
 
     def to_json(self, with_tensors: bool = False) -> dict:
         doc = {
@@ -127,7 +133,9 @@ class Layer:
             "group": self.group,
             "kind": self.kind.to_json(),
             "tensors": len(self.tensors),
-            "bytes": self.nbytes,
+            "bytes": self.nbytes if self.bytes_known else None,
+            "bytes_present": self.nbytes,
+            "tensors_not_present": self.absent_tensors,
             "dtype_bytes": dict(sorted(self.dtype_bytes.items())),
             "scale_tensors": self.scale_tensors,
             "unquantized_modules": self.unquantized,
@@ -147,6 +155,11 @@ class Part:
     label: str
     tensors: list[str] = field(default_factory=list)
     nbytes: int = 0
+    absent_tensors: int = 0
+
+    @property
+    def bytes_known(self) -> bool:
+        return not self.absent_tensors
 
 
 @dataclass
@@ -166,6 +179,10 @@ class Submodel:
     def tensor_count(self) -> int:
         return sum(len(l.tensors) for l in self.layers) + sum(len(p.tensors) for p in self.parts)
 
+    @property
+    def bytes_known(self) -> bool:
+        return all(l.bytes_known for l in self.layers) and all(p.bytes_known for p in self.parts)
+
 
 @dataclass
 class Group:
@@ -175,6 +192,7 @@ class Group:
     layers: list[int] = field(default_factory=list)
     nbytes: int = 0
     symbol: str = "?"
+    bytes_known: bool = True
 
 
 @dataclass
@@ -207,7 +225,8 @@ class Inventory:
         return self.submodels.get("mtp")
 
     @property
-    def total_bytes(self) -> int:
+    def total_bytes(self) -> int | None:
+        """All tensor bytes (None: shards are absent and the index gives no total_size)."""
         return self.source.tensor_bytes
 
     @property
@@ -464,7 +483,7 @@ def _build_inventory(source: ModelSource) -> Inventory:
     config = source.config
     fam = family_for(config)
     warnings: list[str] = []
-    stacks = fam.stacks or _generic_stacks(n for h in source.shards.values() for n in h.names)
+    stacks = fam.stacks or _generic_stacks(n for h in source.all_headers.values() for n in h.names)
 
     # text config (for MTP count and absolute-MTP depth)
     text_stack = next((s for s in stacks if s.submodel == "text"), None)
@@ -492,7 +511,8 @@ def _build_inventory(source: ModelSource) -> Inventory:
 
     # --- build layers (layers with the same tensor set share one analysis)
     memo: list[_Analysed] = []
-    _build_layers(fam, submodels, layer_tensors, layer_prefix, stack_of, st_cfg, text_cfg, text_depth, quantized, memo)
+    absent_dtypes = estimated_weight_dtypes(config, quant) if source.absent_shards else None
+    _build_layers(fam, submodels, layer_tensors, layer_prefix, stack_of, st_cfg, text_cfg, text_depth, quantized, memo, absent_dtypes)
     _add_declared_layers(
         source, fam, submodels, depth, mtp_n, stack_of, st_cfg, text_cfg, text_depth, text_stack, quantized, memo, warnings
     )
@@ -567,7 +587,7 @@ def _assign_layer_tensors(source: ModelSource, splitter, all_prefixes, sub_of_pr
     # With nested prefixes ("a.layers." inside "a.layers.3.b.layers.") a run's leading text is
     # not enough: every name is matched on its own.
     nested = any(a != b and a.startswith(b) for a in all_prefixes for b in all_prefixes)
-    for header in source.shards.values():
+    for header in source.all_headers.values():
         for prefix, idx_s, start, stop in _layer_runs(header.names, match, nested):
             if prefix is None:
                 leftovers.add(header, start, stop, None)
@@ -590,7 +610,7 @@ def _assign_shared_tensors(leftovers: _Columns, fam: Family, submodels: dict[str
     shared_parts: dict[tuple[str, str], Part] = {}
     unassigned: list[str] = []
     mtp_shared = fam.mtp.shared_prefixes if fam.mtp and fam.mtp.style == "relative" else ()
-    for name, begin, end in zip(leftovers.names, leftovers.begins, leftovers.ends):
+    for name, dtype, begin, end in zip(leftovers.names, leftovers.dtypes, leftovers.begins, leftovers.ends):
         label = None
         owner = "shared"
         for p in mtp_shared:
@@ -617,10 +637,12 @@ def _assign_shared_tensors(leftovers: _Columns, fam: Family, submodels: dict[str
             part = shared_parts[(owner, label)] = Part(owner, label)
         part.tensors.append(name)
         part.nbytes += end - begin
+        if dtype == ABSENT_DTYPE:
+            part.absent_tensors += 1
     return shared_parts, unassigned
 
 
-def _build_layers(fam, submodels, layer_tensors, layer_prefix, stack_of, st_cfg, text_cfg, text_depth, quantized, memo) -> None:
+def _build_layers(fam, submodels, layer_tensors, layer_prefix, stack_of, st_cfg, text_cfg, text_depth, quantized, memo, absent_dtypes) -> None:
     """Append a Layer to its submodel for every (submodel, stored index) the checkpoint holds."""
     for (sub, stored), columns in sorted(layer_tensors.items(), key=lambda kv: (kv[0][0], kv[0][1])):
         sm = submodels[sub]
@@ -630,7 +652,7 @@ def _build_layers(fam, submodels, layer_tensors, layer_prefix, stack_of, st_cfg,
         else:
             index = stored
         cfg = st_cfg.get(sub, text_cfg)
-        layer = _make_layer(fam, stack_of.get(sub), cfg, sub, index, stored, prefix, columns, quantized, memo)
+        layer = _make_layer(fam, stack_of.get(sub), cfg, sub, index, stored, prefix, columns, quantized, memo, absent_dtypes)
         if not fam.stacks and sub == "text":
             traits = _config_traits(cfg, sm.declared_depth or text_depth)
             if traits:
@@ -685,7 +707,7 @@ def _add_declared_layers(
         have = {l.index for l in sm.layers}
         if want is None:
             continue
-        if source.shards and have and sub != "mtp":
+        if source.all_headers and have and sub != "mtp":
             top = max(have) + 1
             if top != want:
                 warnings.append(
@@ -694,7 +716,7 @@ def _add_declared_layers(
             missing = sorted(set(range(min(want, top))) - have)
             if missing:
                 warnings.append(f"{sub}: checkpoint has no tensors for layers {index_ranges(missing)}")
-        if not source.shards:
+        if not source.all_headers:
             st = stack_of.get(sub)
             cfg = st_cfg.get(sub, text_cfg)
             for i in range(want):
@@ -726,7 +748,7 @@ def _depth_problems(
     """Where the text stack's config contradicts the checkpoint: (problem, fix) each, those
     not already among ``warnings`` added there. Only with weights present (a config-only
     directory has nothing to contradict)."""
-    if text is None or stack is None or not source.shards or not text.layers:
+    if text is None or stack is None or not source.all_headers or not text.layers:
         return []
     where = f"{text.config_path}." if text.config_path else ""
     held = sorted(l.index for l in text.layers)
@@ -806,7 +828,7 @@ def _check_whole_fields(source, fam: Family, stack: Stack | None, config: dict) 
 def _check_mtp_layer_count(source, fam, submodels, mtp_n: int, warnings: list[str]) -> None:
     """Warn when the checkpoint's MTP layer count differs from the configured one."""
     mtp_sm = submodels.get("mtp")
-    if mtp_sm is not None and source.shards:
+    if mtp_sm is not None and source.all_headers:
         have = len(mtp_sm.layers)
         if have != mtp_n:
             if have > mtp_n:
@@ -861,6 +883,7 @@ def _group_layers(submodels: dict[str, Submodel]) -> list[Group]:
                 groups.append(g)
             g.layers.append(layer.index)
             g.nbytes += layer.nbytes
+            g.bytes_known = g.bytes_known and layer.bytes_known
             layer.group = g.id
     return groups
 
@@ -895,7 +918,26 @@ _NUMBER_SEGMENT = re.compile(r"(?<=\.)\d+(?=\.|$)", re.MULTILINE)
 _EXPERT_NUMBER = re.compile(r"^(?:" + "|".join(MLP_CONTAINERS) + r")\.experts\.(\d+)(?:\.|$)", re.MULTILINE)
 
 
-def _analyse_tensors(rests: tuple[str, ...], dtypes: tuple[str, ...], shapes: tuple, quantized: bool):
+def _estimated_dtype(rest: str, listed, absent_dtypes) -> str | None:
+    """The stored dtype of a tensor only the index names: quantized when a scale sits beside
+    it (``weight_scale_inv``, ``weight_scale``), else the config's dtype."""
+    base, quantized = absent_dtypes
+    if any(rest + suffix in listed for suffix in ("_scale_inv", "_scale")):
+        return quantized
+    return base
+
+
+def _is_linear_name(rest: str) -> bool:
+    """A linear weight by its name alone (no shape to go by): a ``weight`` leaf outside
+    norms and embeddings, or a fused expert tensor."""
+    leaf = rest.rsplit(".", 1)[-1]
+    low = rest.lower()
+    if leaf == "weight":
+        return not any(h in low for h in NORM_HINTS) and "embed" not in low
+    return ".experts." in rest and not leaf.endswith(("_scales", "_bias", "bias"))
+
+
+def _analyse_tensors(rests: tuple[str, ...], dtypes: tuple[str, ...], shapes: tuple, quantized: bool, absent_dtypes=None):
     """Kinds, weight dtypes, scale count and unquantized modules of one layer's tensors.
 
     An MoE layer repeats a few tensors per expert (DeepSeek-V3: 6 × 256); with numbered
@@ -913,12 +955,18 @@ def _analyse_tensors(rests: tuple[str, ...], dtypes: tuple[str, ...], shapes: tu
     weight_dtypes: set[str] = set()
     scales = 0
     unquant: dict[str, None] = {}
+    listed = {u[0] for u in unique} if absent_dtypes is not None else ()
     for (rest, dtype, shape), count in counts.items():
         leaf = rest.rsplit(".", 1)[-1]
         if leaf in SCALE_SUFFIXES or leaf.endswith("_scales"):
             scales += count
             continue
-        if _is_linear_weight(rest, shape):
+        if dtype == ABSENT_DTYPE:  # only the index names it: estimated from the names and the config
+            dtype = _estimated_dtype(rest, listed, absent_dtypes)
+            linear = dtype is not None and _is_linear_name(rest)
+        else:
+            linear = _is_linear_weight(rest, shape)
+        if linear:
             weight_dtypes.add(dtype)
             if quantized and dtype in ("BF16", "F16", "F32"):
                 unquant[_collapse_module(rest)] = None
@@ -927,7 +975,7 @@ def _analyse_tensors(rests: tuple[str, ...], dtypes: tuple[str, ...], shapes: tu
 
 def _any_name_starts(source: ModelSource, prefixes: tuple[str, ...]) -> bool:
     test = methodcaller("startswith", prefixes)
-    return bool(prefixes) and any(any(map(test, h.names)) for h in source.shards.values())
+    return bool(prefixes) and any(any(map(test, h.names)) for h in source.all_headers.values())
 
 
 def _layer_runs(names: list[str], match, nested: bool):
@@ -1028,7 +1076,8 @@ class _Analysed:
         return all(map(str.__eq__, names, map(lead.__add__, self.rests)))
 
 
-def _make_layer(fam, stack, cfg, sub, index, stored, prefix, columns: _Columns, quantized, memo: list) -> Layer:
+def _make_layer(fam, stack, cfg, sub, index, stored, prefix, columns: _Columns, quantized, memo: list, absent_dtypes=None) -> Layer:
+    """``absent_dtypes``: (unquantized, quantized) dtypes estimated for tensors only the index names."""
     analysed = next((a.result for a in memo if a.fits(columns)), None)
     if analysed is None:
         rests = tuple(map(itemgetter(slice(columns.cut, None)), columns.names))
@@ -1039,12 +1088,15 @@ def _make_layer(fam, stack, cfg, sub, index, stored, prefix, columns: _Columns, 
         for dtype, n in zip(dtypes, sizes):
             dtype_bytes[dtype] = dtype_bytes.get(dtype, 0) + n
         if rests:
-            analysed = _analyse_tensors(rests, dtypes, shapes, quantized) + (sum(sizes), dtype_bytes)
+            estimate = absent_dtypes if ABSENT_DTYPE in dtype_bytes else None
+            analysed = _analyse_tensors(rests, dtypes, shapes, quantized, estimate) + (sum(sizes), dtype_bytes)
         else:
             analysed = (None, None, None, (), (), 0, [], 0, {})
         memo.append(_Analysed(rests, columns.dtypes, columns.shapes, analysed))
     t_att, t_mlp, t_exp, special, weight_dtypes, scales, unquant, nbytes, dtype_bytes = analysed
     dtype_bytes = dict(dtype_bytes)
+    absent = columns.dtypes.count(ABSENT_DTYPE) if ABSENT_DTYPE in dtype_bytes else 0
+    dtype_bytes.pop(ABSENT_DTYPE, None)
     if sub == "mtp" and fam.mtp is not None:
         r_att = fam.mtp.attention(cfg, index) if fam.mtp.attention else None
         r_mlp = fam.mtp.mlp(cfg, index) if fam.mtp.mlp else None
@@ -1081,4 +1133,5 @@ def _make_layer(fam, stack, cfg, sub, index, stored, prefix, columns: _Columns, 
         scale_tensors=scales,
         unquantized=list(unquant),
         notes=notes,
+        absent_tensors=absent,
     )

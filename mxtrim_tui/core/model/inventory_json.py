@@ -23,9 +23,12 @@ def inventory_to_json(inv: Inventory, *, with_tensors: bool = False) -> dict:
         "totals": {
             "tensors": inv.total_tensors,
             "bytes": inv.total_bytes,
+            "bytes_present": src.present_tensor_bytes,
             "shards": len(src.shards),
+            "shards_listed": len(src.all_headers),
             "indexed": src.index_file is not None,
         },
+        "source_state": {"state": src.state, "detail": src.state_detail, "absent_shards": list(src.absent_shards)},
         "submodels": [
             {
                 "name": sm.name,
@@ -33,12 +36,12 @@ def inventory_to_json(inv: Inventory, *, with_tensors: bool = False) -> dict:
                 "config_path": sm.config_path,
                 "declared_depth": sm.declared_depth,
                 "layers_found": len(sm.layers),
-                "bytes": sm.nbytes,
+                "bytes": _known(sm.nbytes, sm.bytes_known),
                 "tensors": sm.tensor_count,
                 "strip": inv.strip(sm.name),
                 "layers": [l.to_json(with_tensors) for l in sm.layers],
                 "parts": [
-                    {"label": p.label, "tensors": len(p.tensors), "bytes": p.nbytes}
+                    {"label": p.label, "tensors": len(p.tensors), "bytes": _known(p.nbytes, p.bytes_known)}
                     | ({"tensor_names": p.tensors} if with_tensors else {})
                     for p in sm.parts
                 ],
@@ -53,12 +56,12 @@ def inventory_to_json(inv: Inventory, *, with_tensors: bool = False) -> dict:
                 "kind": g.kind.to_json(),
                 "layers": g.layers,
                 "count": len(g.layers),
-                "bytes": g.nbytes,
+                "bytes": _known(g.nbytes, g.bytes_known),
             }
             for g in inv.groups
         ],
         "shared": [
-            {"label": p.label, "tensors": len(p.tensors), "bytes": p.nbytes}
+            {"label": p.label, "tensors": len(p.tensors), "bytes": _known(p.nbytes, p.bytes_known)}
             | ({"tensor_names": p.tensors} if with_tensors else {})
             for p in inv.shared
         ],
@@ -83,3 +86,8 @@ def inventory_to_json(inv: Inventory, *, with_tensors: bool = False) -> dict:
         "unassigned": inv.unassigned,
         "warnings": inv.warnings,
     }
+
+
+def _known(nbytes: int, known: bool) -> int | None:
+    """Bytes, or None where tensors of shards not on disk make the figure unknown."""
+    return nbytes if known else None

@@ -112,3 +112,34 @@ def detect_quantization(source: ModelSource) -> Quantization | None:
         if e.value.startswith("re:") and _DIGIT_IN_REGEX.search(e.value):
             q.warnings.append(f"quantization regex {e.value!r} contains digits: check whether it names layer numbers")
     return q
+
+
+_TORCH_DTYPES = {"bfloat16": "BF16", "float16": "F16", "half": "F16", "float32": "F32", "float": "F32"}
+
+
+def estimated_weight_dtypes(config: dict, quant: Quantization | None) -> tuple[str | None, str | None]:
+    """``(unquantized, quantized)``: the safetensors dtypes a checkpoint stores linear weights
+    in, as far as config.json says, for tensors only the index names (shards not on disk).
+    Unquantized: ``torch_dtype`` / ``dtype``. Quantized (a weight with a scale beside it): FP8
+    formats -> F8_E4M3 / F8_E5M2, 8-bit integer compressed-tensors -> I8; None where the
+    config does not say."""
+    base = None
+    for cfg in (config, config.get("text_config")):
+        if isinstance(cfg, dict):
+            value = cfg.get("torch_dtype", cfg.get("dtype"))
+            if isinstance(value, str) and value.removeprefix("torch.") in _TORCH_DTYPES:
+                base = _TORCH_DTYPES[value.removeprefix("torch.")]
+                break
+    quantized = None
+    if quant is not None:
+        cfg = quant.config
+        fmt = str(cfg.get("fmt") or cfg.get("activation_scheme_fmt") or "").lower()
+        if quant.method == "fp8":
+            quantized = "F8_E5M2" if "e5m2" in fmt else "F8_E4M3"
+        groups = cfg.get("config_groups")
+        if isinstance(groups, dict):
+            kinds = {(w.get("type"), w.get("num_bits")) for g in groups.values() if isinstance(g, dict)
+                     for w in [g.get("weights")] if isinstance(w, dict)}
+            if len(kinds) == 1:
+                quantized = {("int", 8): "I8", ("float", 8): "F8_E4M3"}.get(next(iter(kinds)))
+    return base, quantized

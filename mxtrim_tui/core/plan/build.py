@@ -20,7 +20,7 @@ from functools import cached_property
 from .config_edit import MISSING, ConfigEdit, apply_edits, get_path
 from ..model.families.base import DENSE, DSA_FULL, DSA_SHARED, HASH_MOE, MOE, Stack, first_int, require_moe
 from ..model.inventory import PER_LAYER_LISTS, Inventory, LayerKind, is_layer_index_list, stack_config
-from ..units import human_bytes, index_ranges
+from ..units import human_bytes, index_ranges, shown_bytes
 
 CONFIG = "config.json"
 
@@ -121,7 +121,7 @@ class CoverageRow:
     kept: tuple[tuple[int, int], ...]  # (new, old)
     request: str
     available: int  # layers of this kind in the source
-    bytes_dropped: int
+    bytes_dropped: int | None  # None: some dropped layer's tensors are in shards not on disk
 
     @property
     def covered(self) -> bool:
@@ -165,8 +165,17 @@ class TrimPlan:
 
     @cached_property
     def retained_bytes(self) -> int:
+        """Bytes of the retained tensors on disk (all of them unless retained_bytes_known is False)."""
         src = self.inventory.source
         return sum(src.tensor(old).nbytes for old, _ in self.renames)
+
+    @cached_property
+    def retained_bytes_known(self) -> bool:
+        """Every retained tensor is in a shard on disk (else its bytes are not known)."""
+        src = self.inventory.source
+        if not src.all_headers:
+            return False  # config only: no tensor is known at all
+        return not src.absent_shards or all(map(src.is_present, (old for old, _ in self.renames)))
 
     def mapping(self, submodel: str) -> list[LayerMap]:
         return [m for m in self.mappings if m.submodel == submodel]
@@ -587,7 +596,7 @@ def _plan_mtp(inv, edits, issues, config, text_path, text_cfg, mtp_kept, has_mtp
     issues.append(
         Issue(
             "warning",
-            f"MTP / draft heads dropped: speculative decoding with MTP is not covered ({human_bytes(sm.nbytes)} omitted)",
+            f"MTP / draft heads dropped: speculative decoding with MTP is not covered ({shown_bytes(sm.nbytes, sm.bytes_known)} omitted)",
             "omit --no-mtp to keep them",
         )
     )
@@ -808,7 +817,7 @@ def _coverage(inv: Inventory, kept, mtp_kept, has_mtp, mappings) -> list[Coverag
     by_sub = {}
     for m in mappings:
         by_sub.setdefault((m.submodel, m.old), m)
-    layer_bytes = {(sm.name, l.index): l.nbytes for sm in inv.submodels.values() for l in sm.layers}
+    layer_bytes = {(sm.name, l.index): (l.nbytes if l.bytes_known else None) for sm in inv.submodels.values() for l in sm.layers}
     for g in inv.groups:
         if g.submodel == "mtp":
             members = set(g.layers)
@@ -816,7 +825,8 @@ def _coverage(inv: Inventory, kept, mtp_kept, has_mtp, mappings) -> list[Coverag
         else:
             keep = [(by_sub[(g.submodel, i)].new, i) for i in g.layers if (g.submodel, i) in by_sub]
         kept_old = {o for _, o in keep}  # once per group: the coverage stays linear in the layers
-        dropped = sum(layer_bytes[(g.submodel, i)] for i in g.layers if i not in kept_old)
+        sizes = [layer_bytes[(g.submodel, i)] for i in g.layers if i not in kept_old]
+        dropped = None if None in sizes else sum(sizes)
         label = g.kind.label + (f" + {', '.join(g.kind.special)}" if g.kind.special else "")
         rows.append(
             CoverageRow(g.submodel, g.symbol, label, tuple(keep), trigger_request(inv, g.submodel, g.kind), len(g.layers), dropped)

@@ -497,6 +497,9 @@ def tensor_problems(plan, src: SourceModel, out_cfg: dict, feeds: tuple[dict, di
 
 
 # --- the plan's check -------------------------------------------------------------------
+_NUMBERS = re.compile(r"(?<=\.)\d+(?=\.)")
+
+
 def _compared_tensors(plan) -> tuple[dict, dict]:
     """(source feed, output feed): name -> shape of the tensors given to the loader. The source
     gets every tensor but those of dropped text layers; the output, what the plan writes.
@@ -514,6 +517,16 @@ def _compared_tensors(plan) -> tuple[dict, dict]:
     for t in inv.source.iter_tensors():
         if t.name not in skip and not (quantized and _is_quant_side(t.name)):
             source[t.name] = tuple(t.shape)
+    if inv.source.absent_shards and source:
+        # Shards not on disk (a partial download): a tensor there takes the shape of a present
+        # one named alike but for its numbers (another layer's, another expert's), so the
+        # loader still sees whole layers; one without such a twin is left out of both feeds.
+        twin = {_NUMBERS.sub("#", name): shape for name, shape in source.items()}
+        for shard in inv.source.absent_shards.values():
+            for name in shard.names:
+                shape = twin.get(_NUMBERS.sub("#", name))
+                if shape is not None and name not in skip and not (quantized and _is_quant_side(name)):
+                    source[name] = shape
     for old, new in plan.renames:
         if old in source:
             output[new] = source[old]

@@ -99,6 +99,7 @@ class SafetensorsHeader:
     """
 
     __slots__ = ("path", "header_size", "file_size", "metadata", "names", "dtypes", "shapes", "begins", "ends", "_tensors")
+    present = True  # on disk and read (see AbsentShard)
 
     def __init__(self, path, header_size, file_size, metadata, names, dtypes, shapes, begins, ends):
         self.path = path if isinstance(path, Path) else Path(path)
@@ -133,6 +134,27 @@ class SafetensorsHeader:
     @property
     def data_bytes(self) -> int:
         return self.file_size - self.data_start
+
+
+# The dtype shown for a tensor whose shard is not on disk: only the index names it.
+ABSENT_DTYPE = "not present"
+
+
+class AbsentShard(SafetensorsHeader):
+    """A shard the index lists but the directory lacks (a partial or index-only download):
+    the names the index maps to it, with dtype :data:`ABSENT_DTYPE`, no shape and no bytes.
+    The inventory reads it like a header; nothing ever reads its file."""
+
+    __slots__ = ()
+    present = False
+
+    def __init__(self, path, names: list[str]):
+        n = len(names)
+        super().__init__(path, 0, 0, None, names, [ABSENT_DTYPE] * n, [()] * n, [0] * n, [0] * n)
+
+    @property
+    def data_bytes(self) -> int:
+        return 0
 
 
 def _fail(path, problem, tensor=None):

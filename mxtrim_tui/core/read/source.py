@@ -30,9 +30,11 @@ from pathlib import Path, PurePosixPath
 from ..errors import IndexConsistencyError, InputError
 from .config_values import check_config_values, check_nesting
 from .files import NotRegularFile, TooLarge, open_regular, read_limited
-from .safetensors_io import JSON_WHITESPACE, SafetensorsHeader, TensorInfo, read_header
+from .safetensors_io import JSON_WHITESPACE, AbsentShard, SafetensorsHeader, TensorInfo, read_header
 
 INDEX_NAME = "model.safetensors.index.json"
+# How much of the weights a directory holds (ModelSource.state).
+COMPLETE, PARTIAL, INDEX_ONLY, CONFIG_ONLY = "complete", "partial", "index only", "config only"
 SIDE_QUANT_FILES = ("quantize_config.json", "quant_config.json", "hf_quant_config.json")
 # Sub-configs that describe their own stack of layers (VLMs, audio, encoders).
 NESTED_CONFIG_KEYS = (
@@ -109,33 +111,79 @@ class ModelSource:
     nested_configs: dict[str, dict]
     side_quant_configs: dict[str, dict]
     index_file: str | None  # the index's name when there is one (checked against the shards)
-    shards: dict[str, SafetensorsHeader]  # relative shard path -> header
+    shards: dict[str, SafetensorsHeader]  # relative shard path -> header, shards on disk only
     files: list[SourceFile]
     warnings: list[str] = field(default_factory=list)
     _tensor_shard: dict[str, str] | None = field(default=None, repr=False)
+    # Shards the index lists that are not on disk (partial or index-only downloads): the
+    # names the index maps to each. Empty for a complete source.
+    absent_shards: dict[str, AbsentShard] = field(default_factory=dict)
+    index_total_size: int | None = None  # the index's metadata.total_size when an integer
+    _all_headers: dict | None = field(default=None, repr=False)
+
+    @property
+    def all_headers(self) -> dict[str, SafetensorsHeader]:
+        """Every shard the source names, present (headers) or absent (index entries), by path."""
+        if self._all_headers is None:
+            self._all_headers = dict(sorted({**self.shards, **self.absent_shards}.items())) if self.absent_shards else self.shards
+        return self._all_headers
 
     @property
     def tensor_shard(self) -> dict[str, str]:
         """Tensor name -> relative shard path (built on first use when not already at hand)."""
         if self._tensor_shard is None:
-            self._tensor_shard = _shard_of_each_tensor(self.shards)
+            self._tensor_shard = _shard_of_each_tensor(self.all_headers)
         return self._tensor_shard
 
     # --- convenience -------------------------------------------------------------
     def tensor(self, name: str) -> TensorInfo:
-        return self.shards[self.tensor_shard[name]].tensors[name]
+        """A tensor's entry; one in an absent shard has dtype ABSENT_DTYPE and no bytes."""
+        return self.all_headers[self.tensor_shard[name]].tensors[name]
+
+    def is_present(self, name: str) -> bool:
+        return self.tensor_shard[name] in self.shards
 
     def iter_tensors(self):
+        """The tensors of the shards on disk."""
         for shard in self.shards.values():
             yield from shard.tensors.values()
 
     @property
     def tensor_count(self) -> int:
-        return _names_held(self.shards)
+        """Tensors the source names: in its headers, and in its index for absent shards."""
+        return _names_held(self.all_headers)
 
     @property
-    def tensor_bytes(self) -> int:
+    def present_tensor_bytes(self) -> int:
         return sum(h.data_bytes for h in self.shards.values())
+
+    @property
+    def tensor_bytes(self) -> int | None:
+        """All tensor bytes: the headers' sum when every shard is present, else the index's
+        total_size (None when it gives none, and for a config-only directory)."""
+        if self.absent_shards:
+            return self.index_total_size
+        return self.present_tensor_bytes if self.shards else None
+
+    @property
+    def state(self) -> str:
+        """COMPLETE, PARTIAL, INDEX_ONLY or CONFIG_ONLY."""
+        if not self.absent_shards:
+            return COMPLETE if self.shards else CONFIG_ONLY
+        return PARTIAL if self.shards else INDEX_ONLY
+
+    @property
+    def state_detail(self) -> str:
+        """The state in words, with the shard counts."""
+        n = len(self.all_headers)
+        state = self.state
+        if state == COMPLETE:
+            return f"complete: all {n} shard(s) present" if self.index_file else f"complete: {n} shard(s), no index"
+        if state == PARTIAL:
+            return f"partial download: {len(self.shards)} of {n} shards present"
+        if state == INDEX_ONLY:
+            return f"index only: {INDEX_NAME} lists {n} shard(s), none present"
+        return "config only: no weights and no index"
 
     @property
     def architectures(self) -> list[str]:
@@ -537,22 +585,26 @@ def _read_top_level_shards(root: Path) -> dict[str, SafetensorsHeader | InputErr
 
 
 def _read_indexed_shards(root: Path, index_path: Path, at_top: dict):
-    """The headers of the shards the index names, checked against it, and the index's
-    warnings. ``at_top``: what :func:`_read_top_level_shards` read (reused, never re-read).
+    """``(headers of the shards on disk, absent shards, the index's warnings, its total_size)``
+    for the shards the index names, checked against it. ``at_top``: what
+    :func:`_read_top_level_shards` read (reused, never re-read).
 
     The usual case is settled by :func:`_index_agrees_with_shards`, which reads the index in
     pieces. Anything it does not vouch for goes the long way: the whole index parsed, its
-    shards read in order (a missing or broken shard is the error), and as each header is
-    read its names are popped from the weight map at C speed (the shard each maps to must
-    be this one). Every shard popping cleanly and nothing left over means the map and the
-    shards hold the same names; otherwise _verify_index works out the details from a fresh
-    copy of the index."""
+    shards read in order (a broken shard is the error; a missing one is recorded as absent,
+    the names the index maps to it kept), and as each header is read its names are popped
+    from the weight map at C speed (the shard each maps to must be this one). Every shard
+    popping cleanly and only absent shards' names left over means the map and the shards
+    hold the same names; otherwise _verify_index works out the details from a fresh copy of
+    the index."""
     agreed = _index_agrees_with_shards(index_path, at_top)
     if agreed is not None:
         index_outside_map, shards = agreed
-        return shards, _total_size_warnings(index_path, index_outside_map, shards)
+        warnings, total = _total_size_check(index_path, index_outside_map, shards, {})
+        return shards, {}, warnings, total
     index, weight_map, shard_names = _read_index(root, index_path)
     shards = {}
+    absent = set()
     consistent = True
     for rel in shard_names:
         header = at_top.get(rel)
@@ -563,7 +615,8 @@ def _read_indexed_shards(root: Path, index_path: Path, at_top: dict):
             if not _exists(p, rel, index_path):
                 if p.is_symlink():
                     raise InputError(p, f"shard is a broken symlink (-> {os.readlink(p)})")
-                raise IndexConsistencyError(index_path, f"shard {rel!r} listed in the index is missing")
+                absent.add(rel)
+                continue
             header = read_header(p)
         shards[rel] = header
         if consistent:
@@ -571,11 +624,27 @@ def _read_indexed_shards(root: Path, index_path: Path, at_top: dict):
                 consistent = list(map(weight_map.pop, header.names)) == [rel] * len(header.names)
             except KeyError:  # not in the index, or held by an earlier shard too
                 consistent = False
-    if not consistent or weight_map:
+    if not consistent or (weight_map and not absent):
         index, weight_map, _ = _read_index(root, index_path)
-        _verify_index(root, index_path, weight_map, shards)
+        _verify_index(root, index_path, {t: r for t, r in weight_map.items() if r not in absent}, shards)
         raise AssertionError("the index check by popping and the one by lookup disagree")
-    return shards, _total_size_warnings(index_path, index, shards)
+    # What is left of the map: exactly the absent shards' names (a name mapped to a present
+    # shard that does not hold it would still be here)
+    names_of: dict[str, list[str]] = {rel: [] for rel in sorted(absent)}
+    for tname, rel in weight_map.items():
+        held = names_of.get(rel)
+        if held is None:
+            raise IndexConsistencyError(index_path, f"tensor {tname!r} is mapped to {rel} but that shard does not hold it")
+        held.append(tname)
+    absent_shards = {rel: AbsentShard(root / rel, names) for rel, names in names_of.items()}
+    warnings, total = _total_size_check(index_path, index, shards, absent_shards)
+    if absent_shards:
+        held = len(shards) + len(absent_shards)
+        warnings.append(
+            f"{INDEX_NAME}: {len(absent_shards)} of the {held} shards it lists are not present; "
+            "inventory and dummy trims work from the index, a real-weight trim needs the shards holding kept tensors"
+        )
+    return shards, absent_shards, warnings, total
 
 
 # The weight map's opening, and how much of its body is parsed at a time (small enough that
@@ -738,19 +807,24 @@ def _verify_index(root: Path, index_path: Path, weight_map: dict, shards: dict) 
                 raise IndexConsistencyError(index_path, f"tensor {tname!r} is mapped to {rel} but that shard does not hold it")
 
 
-def _total_size_warnings(index_path: Path, index: dict, shards: dict) -> list[str]:
-    """metadata.total_size must be the shards' data size (absent or not an integer: a warning)."""
-    warnings = []
+def _total_size_check(index_path: Path, index: dict, shards: dict, absent: dict) -> tuple[list[str], int | None]:
+    """``(warnings, total_size)``: metadata.total_size must be the shards' data size (at
+    least that of the shards present when some are absent); absent or not an integer, a
+    warning and None."""
     meta = index.get("metadata")
     total = meta.get("total_size") if isinstance(meta, dict) else None
     actual = sum(h.data_bytes for h in shards.values())
     if total is None:
-        warnings.append(f"{INDEX_NAME}: metadata.total_size is missing")
-    elif type(total) is not int:
-        warnings.append(f"{INDEX_NAME}: metadata.total_size is {total!r}, not an integer (ignored)")
-    elif total != actual:
+        return [f"{INDEX_NAME}: metadata.total_size is missing"], None
+    if type(total) is not int:
+        return [f"{INDEX_NAME}: metadata.total_size is {total!r}, not an integer (ignored)"], None
+    if not absent and total != actual:
         raise IndexConsistencyError(index_path, f"metadata.total_size is {total} but the shards hold {actual} tensor bytes")
-    return warnings
+    if absent and total < actual:
+        raise IndexConsistencyError(
+            index_path, f"metadata.total_size is {total} but the shards present already hold {actual} tensor bytes"
+        )
+    return [], total
 
 
 def _safe_relpath(root: Path, rel: str, index_path: Path) -> str:
@@ -826,8 +900,9 @@ def _open_source(root: Path) -> ModelSource:
                 raise header
         shards = at_top
         tensor_shard = _tensor_shard_without_index(root, shards)
+        absent_shards, total_size = {}, None
     else:
-        shards, index_warnings = _read_indexed_shards(root, index_path, at_top)
+        shards, absent_shards, index_warnings, total_size = _read_indexed_shards(root, index_path, at_top)
         warnings += index_warnings
         tensor_shard = None  # built from the headers when first asked for
 
@@ -866,7 +941,7 @@ def _open_source(root: Path) -> ModelSource:
         if f.kind is FileKind.WEIGHTS and f.path not in shard_set:
             warnings.append(f"{f.path}: safetensors file not referenced by the index; loaders ignore it")
 
-    if not shards:
+    if not shards and not absent_shards:
         warnings.append("no safetensors weights: a config-only directory (dummy load only)")
 
     return ModelSource(
@@ -879,4 +954,6 @@ def _open_source(root: Path) -> ModelSource:
         files=files,
         warnings=warnings,
         _tensor_shard=tensor_shard,
+        absent_shards=absent_shards,
+        index_total_size=total_size,
     )

@@ -195,10 +195,12 @@ def output_parts(plan: TrimPlan) -> list[OutputPart]:
     return parts
 
 
-def source_metadata(src: ModelSource) -> dict[str, str]:
-    """The first source shard's ``__metadata__`` (at least ``{"format": "pt"}``, which
-    transformers requires to accept the file)."""
-    for header in src.shards.values():
+def source_metadata(src: ModelSource, files: list[str]) -> dict[str, str]:
+    """The ``__metadata__`` of the first of the source shards ``files`` that has one (at
+    least ``{"format": "pt"}``, which transformers requires to accept the file). Only shards
+    the trim reads count, so a partial download gives the same output as the whole source."""
+    for rel in files:
+        header = src.shards[rel]
         if header.metadata:
             meta = dict(header.metadata)
             meta.setdefault("format", "pt")
@@ -244,7 +246,7 @@ def build_extraction(plan: TrimPlan, max_shard_bytes: int) -> Extraction:
     if current or not groups:
         groups.append(current)
 
-    metadata = source_metadata(src)
+    metadata = source_metadata(src, sorted({c.source_file for c in copies}))
     shards = []
     for name, group in zip(shard_names(len(groups)), groups):
         header, _ = build_header_bytes([(t.name, t.dtype, t.shape, t.nbytes) for t in group], metadata)
@@ -280,10 +282,12 @@ class SourceHeaderDigest:
     file_bytes: int
 
 
-def source_header_digests(src: ModelSource) -> dict[str, SourceHeaderDigest]:
-    """SHA-256 of every source shard's header bytes (what the script pins)."""
+def source_header_digests(src: ModelSource, files: list[str]) -> dict[str, SourceHeaderDigest]:
+    """SHA-256 of the header bytes of the source shards ``files`` (those the script reads:
+    what it pins; a shard it does not read may be absent, as in a partial download)."""
     out = {}
-    for rel, header in src.shards.items():
+    for rel in files:
+        header = src.shards[rel]
         with open(src.root / rel, "rb") as fh:
             raw = fh.read(header.data_start)
         out[rel] = SourceHeaderDigest(hashlib.sha256(raw).hexdigest(), len(raw), header.file_size)
@@ -307,13 +311,12 @@ def _lit(value) -> str:
 def render_script(extraction: Extraction, digests: dict[str, SourceHeaderDigest], *, model_name: str) -> str:
     """The text of ``extract_weights.py``. Deterministic: the same plan and source give
     the same script."""
-    needed = set(extraction.needed_source_files)
     lines = []
     add = lines.append
     add("SOURCE_SHARDS = {")
-    add("    # file: [sha256 of the header bytes (8-byte length + JSON), header bytes, file bytes, read by this script]")
+    add("    # file: [sha256 of the header bytes (8-byte length + JSON), header bytes, file bytes]: the shards it reads")
     for rel, d in digests.items():
-        add(f"    {_lit(rel)}: [{_lit(d.sha256)}, {d.header_bytes}, {d.file_bytes}, {'True' if rel in needed else 'False'}],")
+        add(f"    {_lit(rel)}: [{_lit(d.sha256)}, {d.header_bytes}, {d.file_bytes}],")
     add("}")
     add("")
     add(f"METADATA = {_lit(extraction.metadata)}")
@@ -507,16 +510,14 @@ def _pread_into(fd, view, offset):
 
 
 def check_source(source):
-    """Refuse unless every shard this script reads has the pinned header and size; shards
-    it does not read are checked when present (a different file means a different source)."""
+    """Refuse unless every shard this script reads has the pinned header and size (shards
+    it does not read may be absent: a partial download is enough)."""
     if not os.path.isdir(source):
         raise Refusal(f"{source}: source directory not found")
-    for rel, (digest, header_bytes, file_bytes, needed) in SOURCE_SHARDS.items():
+    for rel, (digest, header_bytes, file_bytes) in SOURCE_SHARDS.items():
         path = os.path.join(source, rel)
         if not os.path.exists(path):
-            if needed:
-                raise Refusal(f"{path}: source shard is missing")
-            continue
+            raise Refusal(f"{path}: source shard is missing")
         with open(path, "rb") as fh:
             raw = fh.read(header_bytes)
             size = os.fstat(fh.fileno()).st_size

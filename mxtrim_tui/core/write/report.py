@@ -14,7 +14,7 @@ from ..model.families.base import DSA_FULL, DSA_SHARED
 from ..plan.budget import BudgetInputs
 from ..plan.build import TrimPlan
 from ..read.source import FileKind
-from ..units import human_bytes
+from ..units import human_bytes, shown_bytes
 
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.8
 
@@ -110,9 +110,13 @@ def serve_settings(plan: TrimPlan, out_dir: Path, mode: str, serve: BudgetInputs
 def _not_copied_lines(plan: TrimPlan, mode: str, not_copied: list[dict]) -> list[str]:
     """One line per file, except weight shards (and their index): one line for all of them."""
     shards = [f for f in not_copied if f["kind"] == FileKind.WEIGHTS.value]
-    index = [f for f in not_copied if f["kind"] == FileKind.INDEX.value] if shards else []
-    summarised = {id(f) for f in shards + index}
+    index = [f for f in not_copied if f["kind"] == FileKind.INDEX.value]
+    absent = len(plan.inventory.source.absent_shards)
+    summarised = {id(f) for f in shards + index} if shards or absent else {id(f) for f in shards}
     lines = []
+    if index and not shards and absent:
+        reason = "dummy mode" if mode == "dummy" else "replaced by the extracted shards"
+        lines.append(f"- `{index[0]['path']}` not copied ({reason}); the {absent} shards it lists are not in the source")
     if shards:
         sizes = {f.path: f.size for f in plan.inventory.source.files}
         total = sum(sizes.get(f["path"], 0) for f in shards)
@@ -167,6 +171,7 @@ def _summary_section(add, plan: TrimPlan, mode: str, weights: dict | None) -> No
     add("| | |")
     add("| --- | --- |")
     add(f"| source | `{src.root.resolve()}` |")
+    add(f"| source state | {src.state_detail} |")
     add(f"| architecture | {', '.join(src.architectures) or '—'} (`model_type` {src.model_type or '—'}; family {inv.family.display}) |")
     add(f"| mode | {title_mode} |")
     add(f"| text layers | {n} of {inv.text.declared_depth if inv.text else '—'} ({'automatic covering set' if plan.auto.get('text') else 'chosen by hand'}) |")
@@ -175,9 +180,9 @@ def _summary_section(add, plan: TrimPlan, mode: str, weights: dict | None) -> No
     add(f"| quantization | {inv.quantization.summary() + ' (kept as is)' if inv.quantization else 'none'} |")
     if weights:
         integ = weights["integrity"]
-        add(f"| stored tensors written | {human_bytes(plan.retained_bytes)} of {human_bytes(inv.total_bytes)} ({integ['tensors']:,} tensors in {len(integ['shards'])} shard(s)) |")
+        add(f"| stored tensors written | {human_bytes(plan.retained_bytes)} of {shown_bytes(inv.total_bytes)} ({integ['tensors']:,} tensors in {len(integ['shards'])} shard(s)) |")
     else:
-        add(f"| stored tensors retained | {human_bytes(plan.retained_bytes)} of {human_bytes(inv.total_bytes)} (estimate of what a real-weight trim would hold) |")
+        add(f"| stored tensors retained | {shown_bytes(plan.retained_bytes, plan.retained_bytes_known)} of {shown_bytes(inv.total_bytes)} (estimate of what a real-weight trim would hold) |")
     add("")
     if mode == "dummy":
         add(
@@ -221,7 +226,7 @@ def _mapping_and_coverage_sections(add, plan: TrimPlan) -> None:
         add("### Paths no longer covered")
         add("")
         for c in plan.omitted:
-            add(f"- {c.submodel}: {c.kind} — {c.available} layer(s), {human_bytes(c.bytes_dropped)} of stored tensors")
+            add(f"- {c.submodel}: {c.kind} — {c.available} layer(s), {shown_bytes(c.bytes_dropped)} of stored tensors")
         add("")
 
 

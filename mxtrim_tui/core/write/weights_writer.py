@@ -46,6 +46,7 @@ from .extract_script import (
     source_header_digests,
 )
 from ..plan.build import TrimPlan
+from ..plan.needed_shards import weights_blocker
 from .report import render_report
 from ..read.safetensors_io import read_header
 from ..read.source import INDEX_NAME, ModelSource, open_source
@@ -451,7 +452,7 @@ def extraction_script(plan: TrimPlan, extraction: Extraction, digests: dict | No
     """The standalone ``extract_weights.py`` that copies ``extraction`` out of the plan's source
     (``digests``: the source headers' digests, when already at hand)."""
     if digests is None:
-        digests = source_header_digests(plan.inventory.source)
+        digests = source_header_digests(plan.inventory.source, extraction.needed_source_files)
     return render_script(extraction, digests, model_name=plan.inventory.model_name)
 
 
@@ -560,8 +561,11 @@ def write_weights(
 def _refuse_unextractable(plan: TrimPlan) -> None:
     """Raise when the source has no weights or its tensor accounting fails."""
     src = plan.inventory.source
-    if not src.shards:
+    if not src.shards and not src.absent_shards:
         raise OutputError(src.root, "the source has no safetensors weights: nothing to extract (use --mode dummy)")
+    missing = weights_blocker(plan)
+    if missing:
+        raise OutputError(src.root, missing + "; nothing written")
     problems = check_accounting(plan)
     if problems:
         raise AccountingError(src.root, "tensor accounting failed, nothing written: " + "; ".join(problems))
@@ -576,7 +580,7 @@ def _prepare_extraction(plan: TrimPlan, out: Path, max_shard_bytes: int, emit):
         raise OutputError(out, message)
     emit({"event": "stage", "name": "budget", "status": "done", "total_bytes": estimate.total, "free_bytes": free,
           "shards": estimate.shards, "parts": [list(p) for p in estimate.parts]})
-    digests = source_header_digests(plan.inventory.source)
+    digests = source_header_digests(plan.inventory.source, extraction.needed_source_files)
     script_text = extraction_script(plan, extraction, digests)
     return extraction, estimate, digests, script_text
 
@@ -616,7 +620,8 @@ def _manifest(plan: TrimPlan, out: Path, done: dict, digests: dict, integrity: d
         "totals": {k: integrity[k] for k in ("tensors", "tensor_bytes", "retained", "renamed", "dropped", "dropped_bytes")},
         "structure": result.to_json(),
         "tensors": rows,
-        "dropped": [{"name": t, "source_file": src.tensor_shard[t], "reason": r} for t, r in plan.dropped],
+        "dropped": [{"name": t, "source_file": src.tensor_shard[t], "reason": r if src.is_present(t) else f"{r}; dropped; shard not present"}
+                    for t, r in plan.dropped],
     }
 
 
