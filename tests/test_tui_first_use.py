@@ -172,24 +172,28 @@ async def test_budget_fields_are_validated_and_reach_the_report(tmp_path, demo):
         assert type(app.screen).__name__ == "ErrorScreen" and "budget" in plain(app.screen.query_one("#error-title")).lower()
         await pilot.press("escape")
         await goto(app, pilot, "budget")
+        # TP=2 would split the demo's 384-wide FP8 MLP into 192 rows: not whole 128-blocks
         await replace_text(app, pilot, "#in-tp", "2")
+        assert app.screen.query_one("#in-tp", Input).has_class("-invalid")
+        assert "block size 128" in plain(app.screen.query_one("#budget-errors"), width=400)
+        await replace_text(app, pilot, "#in-tp", "1")
         await replace_text(app, pilot, "#in-gpu_memory_utilization", "0.5")
         await replace_text(app, pilot, "#in-max_num_seqs", "3")
         await replace_text(app, pilot, "#in-max_model_len", "1024")
         # a box cleared and given its default back is valid again
         await replace_text(app, pilot, "#in-pp", "")
-        await replace_text(app, pilot, "#in-pp", "1")
+        await replace_text(app, pilot, "#in-pp", "2")
         assert not app.screen.query("Input.-invalid")
         # the values survive leaving and coming back
         await goto(app, pilot, "inventory")
         await goto(app, pilot, "budget")
-        assert app.screen.query_one("#in-tp", Input).value == "2" and not app.screen.query("Input.-invalid")
+        assert app.screen.query_one("#in-pp", Input).value == "2" and not app.screen.query("Input.-invalid")
         await goto(app, pilot, "output")
         await replace_text(app, pilot, "#out-path", "served")
         await write_and_wait(app, pilot)
         serve_shown = plain(app.get_screen("run").query_one("#run-serve"), width=400)
     readme = (ws / "served" / "README.md").read_text()
-    for flag in ("--tensor-parallel-size 2", "--max-model-len 1024", "--max-num-seqs 3", "--gpu-memory-utilization 0.5"):
+    for flag in ("--tensor-parallel-size 1", "--pipeline-parallel-size 2", "--max-model-len 1024", "--max-num-seqs 3", "--gpu-memory-utilization 0.5"):
         assert flag in readme and flag in serve_shown
     assert "${TP:-1}" not in readme
 

@@ -302,6 +302,10 @@ class MxtrimApp(App):
         if st.budget_errors:
             self.show_error("The budget has invalid values", "\n".join(f"{k}: {v}" for k, v in st.budget_errors.items()) + "\n\nCorrect them in step 4.")
             return
+        blocker = st.weights_blocker() if st.mode == "weights" else None
+        if blocker:
+            self.show_error("Real weights cannot be written", blocker)
+            return
         from .screens.output import location_problem
 
         problem = location_problem(st)

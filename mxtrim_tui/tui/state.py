@@ -10,6 +10,8 @@ from ..core.plan.budget import BudgetInputs
 from ..core.model.inventory import Inventory
 from ..core.plan.build import Selection, TrimPlan
 
+NO_WEIGHTS = "the source has no weights: only dummy mode applies"
+
 
 @dataclass
 class WizardState:
@@ -32,6 +34,7 @@ class WizardState:
     last_output: Path | None = None
     _estimate: tuple | None = field(default=None, repr=False)
     _dummy_estimate: tuple | None = field(default=None, repr=False)
+    _needed: tuple | None = field(default=None, repr=False)
 
     @property
     def output_path(self) -> Path | None:
@@ -60,6 +63,28 @@ class WizardState:
         if self._estimate is None or self._estimate[0] is not self.plan:
             self._estimate = (self.plan, estimate_output(self.plan))
         return self._estimate[1]
+
+    def _shards(self, plan: TrimPlan) -> tuple:
+        """(plan, the shards a real-weight trim of it reads, why real weights cannot be written
+        or None), computed once per plan (the output screen asks on every keystroke)."""
+        from ..core.plan.needed_shards import needed_shards, weights_blocker
+
+        if self._needed is None or self._needed[0] is not plan:
+            if not plan.inventory.source.all_headers:
+                self._needed = (plan, [], NO_WEIGHTS)
+            else:
+                self._needed = (plan, needed_shards(plan), weights_blocker(plan))
+        return self._needed
+
+    def needed_shards(self, plan: TrimPlan | None = None) -> list:
+        """The source shards a real-weight trim of ``plan`` (default: the current one) reads."""
+        plan = plan or self.plan
+        return [] if plan is None else self._shards(plan)[1]
+
+    def weights_blocker(self) -> str | None:
+        """Why real weights cannot be written for the current plan (no weights at all, or
+        needed shards not on disk, with what to fetch); None when they can."""
+        return None if self.plan is None else self._shards(self.plan)[2]
 
     def selection(self) -> Selection:
         keep = {k: v for k, v in self.keep.items() if v is not None}

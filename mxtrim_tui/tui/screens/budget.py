@@ -13,7 +13,7 @@ from textual.widgets import DataTable, Input, Label, Static
 
 from ...core.plan.budget import check_parallelism, compute_budget, parse_budget_inputs
 from ...core.write.report import default_serve
-from ...core.units import human_bytes
+from ...core.units import human_bytes, shown_bytes
 from .base import WizardScreen
 
 GPU_REFRESH_SECONDS = 5.0
@@ -29,12 +29,18 @@ def bar(used: int, total: int, width: int = 30) -> Text:
     return text
 
 
+def writes_weights(state) -> bool:
+    """Real weights are chosen and can be written (every shard they need is on disk)."""
+    return state.mode == "weights" and state.weights_blocker() is None
+
+
 def output_bytes(state) -> int:
     """Exact: for real weights the extraction layout (shard headers and all); for dummy
-    outputs every file written, README.md and mxtrim-plan.json included (rendered as the
-    writer renders them; computed once per plan, path, mode and serve settings)."""
+    outputs, and while real weights are blocked, every file a dummy output writes, README.md
+    and mxtrim-plan.json included (rendered as the writer renders them; computed once per
+    plan, path, mode and serve settings)."""
     plan = state.plan
-    if state.mode == "weights" and plan.inventory.source.shards:
+    if writes_weights(state):
         return state.disk_estimate().total
     from ...core.write.writer import estimate_dummy_bytes
 
@@ -138,8 +144,11 @@ class BudgetScreen(WizardScreen):
         t = Table.grid(padding=(0, 1))
         t.add_column(style="bold")
         t.add_column()
-        t.add_row("disk", f"{st.mode} output {human_bytes(need)} ({need:,} B); free {human_bytes(free)} at {probe_dir}")
+        mode = "weights" if writes_weights(st) else "dummy"
+        t.add_row("disk", f"{mode} output {human_bytes(need)} ({need:,} B); free {human_bytes(free)} at {probe_dir}")
         t.add_row("", bar(need, free))
+        if st.mode == "weights" and mode == "dummy":
+            t.add_row("", Text(f"✗ {st.weights_blocker()}", style="bold red"))
         self.query_one("#disk-view", Static).update(t)
 
     def _inputs(self):
@@ -176,7 +185,10 @@ class BudgetScreen(WizardScreen):
         t = Table.grid(padding=(0, 1))
         t.add_column(style="bold", no_wrap=True)
         t.add_column()
-        t.add_row("weights", f"{human_bytes(b.weights_bytes)} retained; {human_bytes(b.weights_per_gpu)} per GPU at TP={inputs.tp}")
+        known = st.plan.retained_bytes_known
+        t.add_row("weights", f"{shown_bytes(b.weights_bytes, known)} retained; {shown_bytes(b.weights_per_gpu, known)} per GPU at TP={inputs.tp}")
+        if not known:
+            t.add_row("", Text("tensors in shards not on disk count as 0 B in the figures below", style="yellow"))
         for line in b.kv_lines:
             note = f" [dim]({line.note})[/]" if line.note else ""
             t.add_row("", f"{line.layers} × {line.kind}: {line.bytes_per_token:,} B/token per layer{note}")

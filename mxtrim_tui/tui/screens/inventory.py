@@ -9,7 +9,7 @@ from textual.binding import Binding
 from textual.containers import Vertical
 from textual.widgets import DataTable, Input, Static, TabbedContent, TabPane
 
-from ...core.units import human_bytes, index_ranges
+from ...core.units import index_ranges, shown_bytes
 from ...render import group_style, layer_strip
 from .base import WizardScreen
 
@@ -87,7 +87,7 @@ class InventoryScreen(WizardScreen):
                 Text(grp.symbol, style=f"bold {group_style(grp.id)}"),
                 grp.submodel,
                 Text(str(len(grp.layers)), justify="right"),
-                Text(human_bytes(grp.nbytes), justify="right"),
+                Text(shown_bytes(grp.nbytes, grp.bytes_known), justify="right"),
                 index_ranges(grp.layers),
                 f"{k.attention} · {mlp}",
                 ", ".join(k.special) or "—",
@@ -95,13 +95,13 @@ class InventoryScreen(WizardScreen):
         parts = self.query_one("#part-table", DataTable)
         parts.clear()
         for part in inv.shared:
-            parts.add_row("shared", part.label, str(len(part.tensors)), human_bytes(part.nbytes))
+            parts.add_row("shared", part.label, str(len(part.tensors)), shown_bytes(part.nbytes, part.bytes_known))
         for sm in inv.submodels.values():
             for part in sm.parts:
-                parts.add_row(sm.name, part.label, str(len(part.tensors)), human_bytes(part.nbytes))
+                parts.add_row(sm.name, part.label, str(len(part.tensors)), shown_bytes(part.nbytes, part.bytes_known))
             if sm.name == "mtp":
                 for layer in sm.layers:
-                    parts.add_row("mtp", f"head {layer.index} ({layer.name})", str(len(layer.tensors)), human_bytes(layer.nbytes))
+                    parts.add_row("mtp", f"head {layer.index} ({layer.name})", str(len(layer.tensors)), shown_bytes(layer.nbytes, layer.bytes_known))
         if inv.unassigned:
             parts.add_row("—", Text("unassigned", style="yellow"), str(len(inv.unassigned)), "")
 
@@ -122,7 +122,7 @@ class InventoryScreen(WizardScreen):
                     Text(g.symbol, style=f"bold {group_style(g.id)}"),
                     sm.name,
                     Text(str(layer.index), justify="right"),
-                    Text(human_bytes(layer.nbytes), justify="right"),
+                    Text(shown_bytes(layer.nbytes, layer.bytes_known), justify="right"),
                     Text(str(len(layer.tensors)), justify="right"),
                     row[5] or "—",
                     k.attention,
@@ -156,7 +156,9 @@ class InventoryScreen(WizardScreen):
         layer = next(l for l in inv.submodels[sub].layers if l.index == int(idx))
         src = inv.source
         text = Text()
-        text.append(f"{layer.name}: {len(layer.tensors)} tensors, {human_bytes(layer.nbytes)}", style="bold")
+        text.append(f"{layer.name}: {len(layer.tensors)} tensors, {shown_bytes(layer.nbytes, layer.bytes_known)}", style="bold")
+        if layer.absent_tensors:
+            text.append(f"  {layer.absent_tensors} in shards not on disk", style="yellow")
         if layer.quant_ignored:
             text.append(f"  quantization-ignored: {', '.join(layer.quant_ignored)}", style="dim")
         if layer.notes:
@@ -167,7 +169,8 @@ class InventoryScreen(WizardScreen):
                 text.append(f"\n… {len(layer.tensors) - shown} more")
                 break
             info = src.tensor(name)
-            text.append(f"\n  {name[len(layer.name) + 1:]:<48} {info.dtype:<8} {list(info.shape)}")
+            shape = list(info.shape) if src.is_present(name) else ""
+            text.append(f"\n  {name[len(layer.name) + 1:]:<48} {info.dtype:<8} {shape}")
             shown += 1
         detail.update(text)
 

@@ -11,10 +11,13 @@ from textual.containers import VerticalScroll
 from textual.widgets import Input, Label, RadioButton, RadioSet, Static
 
 from ...core.errors import InputError
+from ...core.plan.needed_shards import missing_shards
 from ...core.units import human_bytes
 from ...core.write.writer import asset_files, check_output_location
 from .base import WizardScreen
 from .budget import output_bytes
+
+WEIGHTS_LABEL = "Real weights (byte-exact shards + extraction script)"
 
 
 def location_problem(state) -> str | None:
@@ -31,7 +34,9 @@ class OutputScreen(WizardScreen):
     STEP = "output"
     HELP = (
         "Dummy: config + tokenizer assets for `vllm serve --load-format dummy`. Real weights: the "
-        "kept tensors copied byte-exact into new shards with a reproducible extraction script. "
+        "kept tensors copied byte-exact into new shards with a reproducible extraction script; "
+        "they read every source shard holding a kept tensor, so from a partial or index-only "
+        "download they stay unavailable until the missing shards named here are fetched. "
         "Type any output directory (relative paths are taken from the workspace); what you type is "
         "kept until you change it. Left empty, the default "
         "tools/batched_test/models/<model>-<mode>-<N>layers under the workspace follows the layers "
@@ -54,7 +59,7 @@ class OutputScreen(WizardScreen):
             yield Label("Mode")
             with RadioSet(id="mode"):
                 yield RadioButton("Dummy (config + tokenizer, --load-format dummy)", value=True, id="mode-dummy")
-                yield RadioButton("Real weights (byte-exact shards + extraction script)", id="mode-weights")
+                yield RadioButton(WEIGHTS_LABEL, id="mode-weights")
             yield Label("Output directory")
             yield Input(id="out-path")
             yield Static("", id="output-summary")
@@ -95,20 +100,28 @@ class OutputScreen(WizardScreen):
         files = ["config.json (rewritten)", *[f for f in plan.new_documents if f != "config.json"]]
         assets = [f.path for f in asset_files(plan)]
         t.add_row("files", ", ".join(files + assets[:6]) + (f" +{len(assets) - 6}" if len(assets) > 6 else ""))
+        blocker = st.weights_blocker()
+        self._offer_weights(blocker)
         if st.mode == "weights":
             from ...core.plan.disk_budget import check_free_space
 
             t.add_row("weights", f"{len(plan.renames):,} tensors copied byte-exact, extract_weights.py, manifest.json")
-            if plan.inventory.source.shards and not plan.errors:
+            if not blocker and not plan.errors:
                 est = st.disk_estimate()
                 ok, free, message = check_free_space(est, st.output_path)
                 t.add_row("disk", Text(message, style="" if ok else "bold red"))
                 t.add_row("", Text(f"{est.shards} shard(s): " + est.breakdown(), style="dim"))
-            elif not plan.inventory.source.shards:
-                t.add_row(Text("blocked", style="bold red"), Text("the source has no weights: only dummy mode applies", style="red"))
         else:
             t.add_row("weights", "none (dummy load allocates random parameters)")
             t.add_row("size", f"{human_bytes(output_bytes(st))} (README.md and mxtrim-plan.json included)")
+        if blocker:  # chosen, the write is blocked; else why it is not offered
+            if st.mode == "weights":
+                t.add_row(Text("blocked", style="bold red"), Text(blocker, style="red"))
+            else:
+                t.add_row("", Text(blocker, style="yellow"))
+            missing = missing_shards(st.needed_shards())
+            if any(name not in blocker for name in missing):  # the reason names only the first ones
+                t.add_row("fetch", ", ".join(missing))
         t.add_row("report", "README.md + mxtrim-plan.json in the output")
         if st.budget_chosen:
             b = st.budget_inputs
@@ -118,6 +131,13 @@ class OutputScreen(WizardScreen):
         if plan.errors:
             t.add_row(Text("blocked", style="bold red"), Text("; ".join(i.message for i in plan.errors), style="red"))
         self.query_one("#output-summary", Static).update(t)
+
+    def _offer_weights(self, blocker: str | None) -> None:
+        """Real weights cannot be chosen while they are blocked (once chosen, the choice stays
+        on screen, blocked, until the user picks dummy: never switched behind their back)."""
+        button = self.query_one("#mode-weights", RadioButton)
+        button.disabled = bool(blocker) and self.app.state.mode != "weights"
+        button.label = "Real weights — unavailable, see below" if blocker else WEIGHTS_LABEL
 
     @on(RadioSet.Changed, "#mode")
     def _mode(self, event: RadioSet.Changed) -> None:

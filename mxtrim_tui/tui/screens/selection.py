@@ -13,7 +13,8 @@ from textual.widgets import DataTable, Input, Static, TabbedContent, TabPane
 
 from ...core.plan.config_edit import short_value
 from ...core.plan.build import SelectionError, build_plan, parse_keep_spec
-from ...core.units import human_bytes, index_ranges
+from ...core.plan.needed_shards import missing_shards, needed_summary
+from ...core.units import human_bytes, index_ranges, shown_bytes
 from ...render import group_style
 from .base import WizardScreen
 
@@ -40,6 +41,7 @@ class SelectionScreen(WizardScreen):
             with Horizontal(id="selection-top"):
                 yield Static("", id="selection-summary")
                 yield Input(placeholder="keep spec, e.g. 0,6-7  (Enter applies)", id="spec")
+            yield Static("", id="needed-line")
             yield DataTable(id="keep-table", cursor_type="row", zebra_stripes=True)
             with TabbedContent(initial="issues", id="selection-tabs"):
                 with TabPane("Issues", id="issues"):
@@ -50,6 +52,8 @@ class SelectionScreen(WizardScreen):
                     yield Static("", id="mapping-view")
                 with TabPane("Config diff", id="diff"):
                     yield Static("", id="diff-view")
+                with TabPane("Shards", id="shards"):
+                    yield Static("", id="shards-view")
         yield from self.compose_footer()
 
     def on_mount(self) -> None:
@@ -95,7 +99,7 @@ class SelectionScreen(WizardScreen):
                     Text(g.symbol, style=f"bold {group_style(g.id)}"),
                     sm.name,
                     Text(str(layer.index), justify="right"),
-                    Text(human_bytes(layer.nbytes), justify="right"),
+                    Text(shown_bytes(layer.nbytes, layer.bytes_known), justify="right"),
                     f"{k.attention} · {mlp}",
                     key=f"{sm.name}:{layer.index}",
                 )
@@ -107,7 +111,7 @@ class SelectionScreen(WizardScreen):
         status.append(f"{plan.new_depth} text layer(s){auto}: {index_ranges(plan.kept.get('text', []))}")
         if "mtp" in inv.submodels:
             status.append(f" · MTP {'kept' if plan.mtp_kept else 'dropped'}")
-        status.append(f" · {human_bytes(plan.retained_bytes)}")
+        status.append(f" · {shown_bytes(plan.retained_bytes, plan.retained_bytes_known)}")
         check = plan.transformers_check
         if not plan.errors:
             if check is None:
@@ -130,7 +134,7 @@ class SelectionScreen(WizardScreen):
             if i.fix:
                 issues.append(f"   fix: {i.fix}\n", style="dim")
         for c in plan.omitted:
-            issues.append(f"⚠ not covered: {c.submodel} {c.kind} ({human_bytes(c.bytes_dropped)})\n", style="yellow")
+            issues.append(f"⚠ not covered: {c.submodel} {c.kind} ({shown_bytes(c.bytes_dropped)})\n", style="yellow")
         self.query_one("#issues-view", Static).update(issues if issues.plain else Text("✓ no warnings", style="green"))
 
         cov = Table(box=None, pad_edge=False, expand=True)
@@ -155,6 +159,37 @@ class SelectionScreen(WizardScreen):
             field = e.dotted if e.file == "config.json" else f"{e.file}:{e.dotted}"
             diff.add_row(field, Text(short_value(e.before), style="red"), Text(short_value(e.after), style="green"))
         self.query_one("#diff-view", Static).update(diff if plan.edits else "no field changes")
+        self._show_needed(plan)
+
+    def _show_needed(self, plan) -> None:
+        """The source shards a real-weight trim of this selection reads (only for a source cut
+        in shards): one line above the layers, every shard in the Shards tab."""
+        src = plan.inventory.source
+        line = self.query_one("#needed-line", Static)
+        tabs = self.query_one("#selection-tabs", TabbedContent)
+        line.display = src.index_file is not None or len(src.all_headers) > 1
+        if not line.display:
+            tabs.hide_tab("shards")
+            return
+        tabs.show_tab("shards")
+        needed = self.app.state.needed_shards(plan)
+        missing = missing_shards(needed)
+        text = Text("real-weight trim " + needed_summary(needed, len(src.all_headers)))
+        if missing:
+            text.append(f" · missing: {', '.join(missing)}", style="yellow")
+        line.update(text)
+        table = Table(box=None, pad_edge=False)
+        for col in ("", "shard", "kept tensors", "size"):
+            table.add_column(col, overflow="fold")
+        for s in needed:
+            size = "unknown" if s.download_bytes is None else ("" if s.present else "≈ ") + human_bytes(s.download_bytes)
+            table.add_row(
+                Text("✓" if s.present else "✗", style="green" if s.present else "bold red"),
+                s.file if s.present else Text(f"{s.file} (missing)", style="yellow"),
+                Text(str(s.retained_tensors), justify="right"),
+                size,
+            )
+        self.query_one("#shards-view", Static).update(table)
 
     # --- actions -------------------------------------------------------------------------
     def _current(self) -> tuple[str, int] | None:

@@ -15,8 +15,8 @@ from textual.suggester import Suggester
 from textual.widgets import DirectoryTree, Input, Label, OptionList, Static
 from textual.widgets.option_list import Option
 
-from ...core.read.source import FileKind
-from ...core.units import human_bytes
+from ...core.read.source import COMPLETE, FileKind
+from ...core.units import human_bytes, shown_bytes
 from ..settings import load_recent
 from .base import WizardScreen
 
@@ -82,13 +82,19 @@ def source_summary(inv) -> Table:
         "submodels",
         ", ".join(f"{sm.name} {len(sm.layers)}" for sm in inv.submodels.values()) or "—",
     )
-    t.add_row(
-        "shards",
-        f"{len(src.shards)} readable, {inv.total_tensors:,} tensors, {human_bytes(inv.total_bytes)}"
-        if src.shards
-        else "none (config-only directory)",
-    )
-    t.add_row("index", "consistent with the shards" if src.index_file is not None else ("not needed (one file)" if src.shards else "—"))
+    listed, present = len(src.all_headers), len(src.shards)
+    t.add_row("source", Text(src.state_detail, style="" if src.state == COMPLETE else "yellow"))
+    if src.absent_shards:
+        shards = (f"{inv.total_tensors:,} tensors listed, total {shown_bytes(inv.total_bytes)} per the index; "
+                  f"{human_bytes(src.present_tensor_bytes)} on disk")
+        index = f"lists {listed} shards, {present} present"
+    elif present:
+        shards = f"{present} readable, {inv.total_tensors:,} tensors, {shown_bytes(inv.total_bytes)}"
+        index = "consistent with the shards" if src.index_file is not None else "not needed (one file)"
+    else:
+        shards, index = "none (config-only directory)", "—"
+    t.add_row("shards", shards)
+    t.add_row("index", index)
     t.add_row("quantization", inv.quantization.summary() if inv.quantization else "none")
     kinds: dict[str, int] = {}
     for f in src.files:
