@@ -20,9 +20,14 @@ from .core.units import DEFAULT_MAX_SHARD_BYTES
 SERVE_FLAGS = {
     "--tp": "tp",
     "--pp": "pp",
+    "--dp": "dp",
     "--max-model-len": "max_model_len",
     "--max-num-seqs": "max_num_seqs",
+    "--max-num-batched-tokens": "max_num_batched_tokens",
     "--gpu-memory-utilization": "gpu_memory_utilization",
+    "--kv-cache-dtype": "kv_cache_dtype",
+    "--gpu-memory": "gpu_gib",
+    "--enable-expert-parallel": "expert_parallel",
 }
 
 
@@ -84,9 +89,16 @@ def _parser() -> argparse.ArgumentParser:
         serve = sp.add_argument_group("serve settings", "written into the report's vllm serve command; checked against the model")
         serve.add_argument("--tp", metavar="N", help="tensor-parallel size (must divide the attention heads)")
         serve.add_argument("--pp", metavar="N", help="pipeline-parallel size (at most the kept text layers)")
+        serve.add_argument("--dp", metavar="N", help="data-parallel size (with --ep: experts spread over TP × DP ranks)")
+        serve.add_argument("--ep", "--enable-expert-parallel", dest="expert_parallel", action="store_true", default=None,
+                           help="expert parallelism: whole experts over TP × DP ranks instead of splitting each")
         serve.add_argument("--max-model-len", metavar="N", help="context length")
         serve.add_argument("--max-num-seqs", metavar="N", help="concurrent sequences")
+        serve.add_argument("--max-num-batched-tokens", metavar="N", help="tokens per scheduler step (default: the context length)")
         serve.add_argument("--gpu-memory-utilization", metavar="F", help="fraction of GPU memory vLLM may use, in (0, 1]")
+        serve.add_argument("--kv-cache-dtype", metavar="DTYPE", help="auto (the model's dtype), fp8, fp8_e4m3, fp8_e5m2, ...")
+        serve.add_argument("--gpu-memory", dest="gpu_gib", metavar="GIB",
+                           help="memory of one GPU for the budget (default: the first visible GPU, when one is)")
 
     pl = sub.add_parser("plan", help="show what a trim would do; writes nothing")
     selection_args(pl)
@@ -179,13 +191,30 @@ def _serve_raw(args) -> dict[str, str]:
 
 
 def _serve_inputs(plan, raw: dict[str, str]):
-    """The serve settings (the report's defaults where not given), or None when none given."""
-    if not raw:
+    """The serve settings (the report's defaults where not given), or None when none given
+    (``--gpu-memory`` alone is a budget figure, not a serve setting)."""
+    if not set(raw) - {"gpu_gib"}:
         return None
-    from .core.plan.budget import parse_budget_inputs
-    from .core.write.report import default_serve
+    from .core.plan.budget import default_serve, parse_budget_inputs
 
     return parse_budget_inputs(raw, default_serve(plan))[0]
+
+
+def _budget_inputs(plan, raw: dict[str, str]):
+    """What the budget is computed for: the serve settings given (the report's defaults
+    elsewhere) and the GPU memory: --gpu-memory, else the first visible GPU's."""
+    from dataclasses import replace
+
+    from .core.plan.budget import default_serve, parse_budget_inputs
+
+    inputs = parse_budget_inputs(raw, default_serve(plan))[0]
+    if inputs.gpu_total_bytes is None:
+        from .core.probe.gpu import probe_gpus
+
+        probe = probe_gpus()
+        if probe.available and probe.gpus and probe.gpus[0].total_bytes:
+            inputs = replace(inputs, gpu_total_bytes=probe.gpus[0].total_bytes)
+    return inputs
 
 
 def _parallelism_errors(plan, serve) -> list[str]:
@@ -208,14 +237,17 @@ def cmd_plan(args) -> int:
     elif args.json:
         from .core.plan.plan_json import plan_to_json
 
-        json.dump(plan_to_json(plan, with_tensors=args.tensors), sys.stdout, indent=2)
+        json.dump(plan_to_json(plan, with_tensors=args.tensors, serve=_budget_inputs(plan, raw)), sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
         from rich.console import Console
 
-        from .render import render_plan
+        from .core.plan.budget import compute_budget
+        from .render import render_budget, render_plan
 
-        render_plan(plan, Console(), repo=args.repo)
+        console = Console()
+        render_plan(plan, console, repo=args.repo)
+        render_budget(compute_budget(plan, _budget_inputs(plan, raw)), console)
     if plan.errors or blocking:
         print(_blocking_line(plan, blocking), file=sys.stderr)
         return 1
@@ -279,7 +311,8 @@ def cmd_trim(args) -> int:
         validation = run_validation(result.path, args, quiet=args.json)
     if args.json:
         command = serve_command(plan, result.path, args.mode, serve)
-        doc = plan_to_json(plan) | {"mode": args.mode, "output": str(result.path), "files": result.files, "serve_command": command}
+        doc = plan_to_json(plan, serve=_budget_inputs(plan, raw)) | {"mode": args.mode, "output": str(result.path), "files": result.files,
+                                                                      "serve_command": command}
         if checks is not None:
             doc["checks"] = checks
         if validation is not None:

@@ -212,3 +212,45 @@ def render_plan(plan, console: Console, repo: str | None = None) -> None:
         console.print(Text(("✗ " if i.level == "error" else "⚠ ") + i.message, style=style))
         if i.fix:
             console.print(Text("   fix: " + i.fix, style="dim"))
+
+
+def render_budget(b, console: Console) -> None:
+    """The GPU memory budget as `mxtrim plan` prints it: weights per GPU, KV per token by
+    layer kind, vLLM's start-up arithmetic, bars against the GPU budget, advice."""
+    from rich.progress_bar import ProgressBar
+
+    i = b.inputs
+    layout = f"TP={i.tp}" + (f" PP={i.pp}" if i.pp > 1 else "") + (f" DP={i.dp}" if i.dp > 1 else "") + (" EP" if i.expert_parallel else "")
+    t = Table(title=f"Budget ({layout}, context {i.max_model_len:,}, {i.max_num_seqs} sequence(s), "
+                    f"utilisation {i.gpu_memory_utilization:g}, KV {i.kv_cache_dtype})",
+              title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, show_header=False)
+    t.add_column(style="bold", no_wrap=True)
+    t.add_column(overflow="fold")
+    t.add_column(no_wrap=True)
+    known = b.ranks is None or not b.ranks.unknown_tensors
+    budget = b.budget_bytes
+
+    def bar(n):
+        return ProgressBar(total=budget, completed=min(max(n, 0), budget), width=24) if budget else ""
+
+    t.add_row("disk", f"a real-weight trim writes {shown_bytes(b.weights_bytes, known)} of tensors", "")
+    split = ", ".join(f"{k} {human_bytes(v)}" for k, v in (b.ranks.by_kind.items() if b.ranks else ()) if v)
+    t.add_row("weights / GPU", f"{shown_bytes(b.weights_per_gpu, known)}" + (f" [dim]({split})[/]" if split else ""), bar(b.weights_per_gpu))
+    if b.ranks and b.ranks.pp > 1:
+        t.add_row("", "[dim]per stage: " + ", ".join(human_bytes(x) for x in b.ranks.stage_bytes) + "[/]", "")
+    for line in b.kv_lines:
+        if line.state_bytes_per_seq:
+            what = f"{human_bytes(line.state_bytes_per_seq)} state per sequence per layer"
+        else:
+            what = f"{line.bytes_per_token:,} B per token per layer" + (f", up to {line.tokens_per_seq:,} tokens" if line.tokens_per_seq and line.tokens_per_seq < i.max_model_len else "")
+        t.add_row("KV", f"{line.kind} ×{line.layers}: {what}" + (f" [dim]({line.note})[/]" if line.note else ""), "")
+    t.add_row("KV / token", f"{b.kv_per_token:,} B per GPU; one sequence of {i.max_model_len:,} tokens: {human_bytes(b.kv_bytes_for_context)}", "")
+    if budget:
+        t.add_row("vLLM budget", f"{human_bytes(budget)} = {human_bytes(i.gpu_total_bytes)} × {i.gpu_memory_utilization:g}", bar(budget))
+        t.add_row("activations", f"≈ {human_bytes(b.activation_bytes)} (rough peak of the profiling pass)", bar(b.activation_bytes))
+        t.add_row("KV cache", f"{human_bytes(max(0, b.available_kv_bytes))} available"
+                  + (f" → {b.kv_tokens:,} tokens, {b.max_concurrency:,.1f}× concurrency at {i.max_model_len:,}" if b.kv_tokens is not None else ""),
+                  bar(b.available_kv_bytes))
+    for n, advice in enumerate(b.advice, 1):
+        t.add_row("advice" if n == 1 else "", f"{n}. {advice}", "")
+    console.print(t)

@@ -98,19 +98,32 @@ def test_engine_never_imports_textual_and_startup_stays_light():
 # --- serve settings: from the flags into README.md, mxtrim-plan.json and --json ---------------
 def test_trim_writes_the_chosen_serve_settings(demo, tmp_path):
     out = tmp_path / "out"
-    flags = ["--tp", "2", "--max-model-len", "1024", "--max-num-seqs", "4", "--gpu-memory-utilization", "0.5"]
+    flags = ["--dp", "2", "--ep", "--max-model-len", "1024", "--max-num-seqs", "4", "--max-num-batched-tokens", "512",
+             "--gpu-memory-utilization", "0.5", "--kv-cache-dtype", "fp8", "--gpu-memory", "24"]
     result = run_cli("trim", str(demo), "--mode", "dummy", "--out", str(out), "--json", *flags)
     assert result.returncode == 0, result.stderr
     readme = (out / "README.md").read_text()
-    for literal in ("--tensor-parallel-size 2", "--max-model-len 1024", "--max-num-seqs 4",
-                    "--max-num-batched-tokens 1024", "--gpu-memory-utilization 0.5"):
+    for literal in ("--tensor-parallel-size 1", "--data-parallel-size 2", "--enable-expert-parallel", "--max-model-len 1024",
+                    "--max-num-seqs 4", "--max-num-batched-tokens 512", "--gpu-memory-utilization 0.5", "--kv-cache-dtype fp8"):
         assert literal in readme, literal
     assert "${TP:-1}" not in readme and "GPU_MEMORY_UTILIZATION" not in readme
     assert "--pipeline-parallel-size" not in readme  # PP 1: not spelled out
-    command = json.loads(result.stdout)["serve_command"]
-    assert command in readme and "--tensor-parallel-size 2" in command
-    serve = json.loads((out / "mxtrim-plan.json").read_text())["serve"]
-    assert serve == {"tp": 2, "pp": 1, "max_model_len": 1024, "max_num_seqs": 4, "gpu_memory_utilization": 0.5, "command": command}
+    doc = json.loads(result.stdout)
+    command = doc["serve_command"]
+    assert command in readme and "--data-parallel-size 2" in command
+    plan_doc = json.loads((out / "mxtrim-plan.json").read_text())
+    assert plan_doc["serve"] == {"tp": 1, "pp": 1, "max_model_len": 1024, "max_num_seqs": 4, "max_num_batched_tokens": 512,
+                                 "dp": 2, "expert_parallel": True, "kv_cache_dtype": "fp8", "gpu_memory_utilization": 0.5,
+                                 "command": command}
+    # the budget is computed for the same settings: experts over EP = 2 ranks, an FP8 KV cache
+    budget = doc["budget"]
+    assert budget["inputs"]["dp"] == 2 and budget["ranks"]["ep"] == 2 and budget["inputs"]["kv_cache_dtype"] == "fp8"
+    assert budget["inputs"]["gpu_total_bytes"] == 24 * 2**30 and budget["budget_bytes"] == int(24 * 2**30 * 0.5)
+    assert budget["weights_bytes"] == doc["tensors"]["retained_bytes"] > budget["weights_per_gpu_bytes"]
+    # TP=2 splits the 384-wide FP8 MLP into 192 rows, which vLLM refuses (block_n 128): refused here first
+    refused = run_cli("trim", str(demo), "--mode", "dummy", "--out", str(tmp_path / "tp2"), "--tp", "2")
+    assert refused.returncode == 1 and not (tmp_path / "tp2").exists()
+    assert "intermediate_size 384 / TP=2 = 192 is not divisible by the quantization block size 128" in refused.stderr
 
 
 def test_trim_without_serve_flags_keeps_the_shell_defaults(demo, tmp_path):

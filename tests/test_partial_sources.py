@@ -29,7 +29,7 @@ KEEP = ["--keep", "0,3"]
 # plan fields that say what the source holds (its state, the bytes known, the path).
 STATE_ROWS = ("# ", "Made by mxtrim", "| source", "| stored tensors", "| `mxtrim-plan.json`", "vllm serve ", "`mxtrim validate ")
 SIZE = re.compile(r"(≥ )?\d[\d.,]* (B|KiB|MiB|GiB|TiB)\b|unknown")  # a size, known or not
-STATE_FIELDS = ("source", "source_state", "needed_shards", "output", "serve")
+STATE_FIELDS = ("source", "source_state", "needed_shards", "output", "serve", "budget")  # budget: weights per GPU need bytes
 
 
 def shards_like_the_release(layout, count: int) -> int:

@@ -1,16 +1,21 @@
-"""Disk and GPU memory budget of a plan, from exact header bytes and the KV-cache formulas
-vLLM uses (prior-art guide §2.5).
+"""GPU memory budget of a plan, from exact header bytes and the KV-cache formulas vLLM uses
+(prior-art guide §2.5).
 
-* Weights: exact bytes of the retained tensors; per GPU divided by TP (replicated tensors —
-  embeddings with TP > vocab shards aside — are not modelled: a stated simplification).
-* KV cache per token, per GPU: full/sliding attention ``2 * kv_heads/TP * head_dim * dtype``
-  (kv heads replicated when fewer than TP); MLA ``(kv_lora_rank + qk_rope_head_dim) * dtype``,
-  not divided by TP; DSA adds the indexer key cache (``index_head_dim`` FP8 bytes + scale);
-  sliding layers are capped at the window; linear / Mamba layers hold a per-sequence state
-  (not estimated here, said so).
+* Weights per GPU: every retained tensor partitioned as vLLM holds it (core/plan/partition.py):
+  TP column / row / vocabulary splits, replicated norms, routers and MLA latent projections,
+  KV heads replicated when fewer than TP, experts over EP = TP × DP ranks with expert
+  parallelism, layers over pipeline stages; the busiest GPU counts.
+* KV cache per token, per GPU and layer: full / sliding / chunked attention
+  ``2 × max(1, kv_heads / TP) × head_dim × dtype``; MLA ``(kv_lora_rank + qk_rope_head_dim) ×
+  dtype``, not divided by TP; DSA adds the indexer key cache (``index_head_dim`` FP8 bytes +
+  one FP32 scale per 128), and with an FP8 cache the fp8_ds_mla layout (656 B); a KV-sharing
+  layer adds nothing. ``--kv-cache-dtype fp8*`` makes the element one byte. For a sequence,
+  sliding layers hold ``min(window − 1 + max_num_batched_tokens, max_model_len)`` tokens and
+  chunked layers at most the chunk. Linear-attention (gated delta net) and Mamba layers hold a
+  constant state per sequence: convolution state plus recurrent state, in the model's dtype.
 * vLLM's start-up arithmetic: budget = total × gpu_memory_utilization; available KV =
-  budget − weights − activation peak (rough); KV tokens = available / per-token; maximum
-  concurrency = KV tokens / max_model_len.
+  budget − weights − activation peak (rough); KV tokens = available / per-token (after the
+  per-sequence states of max_num_seqs sequences); maximum concurrency = KV tokens / max_model_len.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from dataclasses import dataclass, field, replace
 
 from ..model.families.base import CHUNKED, DSA_FULL, DSA_SHARED, FULL, KV_SHARED, LINEAR, MAMBA, MLA, NOPE_GLOBAL, SLIDING, first_int
 from .build import TrimPlan
+from .partition import RankWeights, rank_weights
 
 
 @dataclass(frozen=True)
@@ -32,11 +38,20 @@ class BudgetInputs:
     max_num_batched_tokens: int | None = None
     gpu_memory_utilization: float = 0.9
     gpu_total_bytes: int | None = None
-    kv_dtype_bytes: int = 2
+    kv_cache_dtype: str = "auto"  # vLLM's --kv-cache-dtype: auto (the model's dtype), fp8, fp8_e4m3, ...
+    dp: int = 1
+    expert_parallel: bool = False
+
+    @property
+    def kv_dtype_bytes(self) -> int:
+        return 1 if self.kv_cache_dtype.startswith("fp8") else 2
 
 
 GiB = 1 << 30
-COUNT_FIELDS = ("tp", "pp", "max_model_len", "max_num_seqs")
+# The utilisation the report's serve command and the budget assume unless told otherwise.
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.8
+COUNT_FIELDS = ("tp", "pp", "dp", "max_model_len", "max_num_seqs", "max_num_batched_tokens")
+KV_CACHE_DTYPES = ("auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_ds_mla")
 _DECIMAL = re.compile(r"([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][-+]?[0-9]+)?")
 
 
@@ -92,6 +107,11 @@ def parse_budget_inputs(raw: dict[str, str], base: BudgetInputs) -> tuple[Budget
                 continue
             value, problem = _parse_gib(text)
             target = "gpu_total_bytes"
+        elif key == "kv_cache_dtype":
+            value, target = text, key
+            problem = None if text in KV_CACHE_DTYPES else f"must be one of {', '.join(KV_CACHE_DTYPES)}"
+        elif key == "expert_parallel":
+            value, problem, target = bool(typed), None, key
         else:
             raise KeyError(key)
         if problem:
@@ -107,6 +127,8 @@ class KvLine:
     layers: int
     bytes_per_token: int  # per GPU, per layer
     note: str = ""
+    state_bytes_per_seq: int = 0  # linear / Mamba layers: per GPU, per layer, per sequence
+    tokens_per_seq: int | None = None  # tokens one sequence holds (sliding / chunked: capped)
 
 
 @dataclass
@@ -116,18 +138,21 @@ class Budget:
     weights_per_gpu: int
     kv_lines: list[KvLine]
     kv_per_token: int  # all kept layers, per GPU (sliding layers counted at full rate)
-    kv_bytes_for_context: int  # one sequence of max_model_len, sliding capped, per GPU
+    kv_bytes_for_context: int  # one sequence of max_model_len, sliding capped, states included, per GPU
     activation_bytes: int
     budget_bytes: int | None
     available_kv_bytes: int | None
     kv_tokens: int | None
     max_concurrency: float | None
     advice: list[str] = field(default_factory=list)
+    ranks: RankWeights | None = None
+    state_bytes_per_seq: int = 0  # all linear / Mamba layers, per GPU
+    unestimated_layers: int = 0  # recurrent layers whose state the config does not describe
 
     @property
     def state_layers(self) -> int:
-        """Linear/Mamba layers, whose per-sequence state is not estimated."""
-        return sum(line.layers for line in self.kv_lines if line.kind in (LINEAR, MAMBA))
+        """Linear/Mamba layers whose per-sequence state is not estimated."""
+        return self.unestimated_layers
 
     @property
     def fits(self) -> bool | None:
@@ -135,21 +160,58 @@ class Budget:
             return None
         return self.available_kv_bytes >= self.kv_bytes_for_context
 
+    def to_json(self) -> dict:
+        return {
+            "inputs": {"tp": self.inputs.tp, "pp": self.inputs.pp, "dp": self.inputs.dp,
+                       "expert_parallel": self.inputs.expert_parallel, "max_model_len": self.inputs.max_model_len,
+                       "max_num_seqs": self.inputs.max_num_seqs, "max_num_batched_tokens": self.inputs.max_num_batched_tokens,
+                       "gpu_memory_utilization": self.inputs.gpu_memory_utilization,
+                       "kv_cache_dtype": self.inputs.kv_cache_dtype, "gpu_total_bytes": self.inputs.gpu_total_bytes},
+            "weights_bytes": self.weights_bytes,
+            "weights_per_gpu_bytes": self.weights_per_gpu,
+            "ranks": self.ranks.to_json() if self.ranks else None,
+            "kv": [{"kind": l.kind, "layers": l.layers, "bytes_per_token_per_layer": l.bytes_per_token,
+                    "bytes_per_token": l.bytes_per_token * l.layers, "tokens_per_sequence": l.tokens_per_seq,
+                    "state_bytes_per_sequence_per_layer": l.state_bytes_per_seq, "note": l.note} for l in self.kv_lines],
+            "kv_bytes_per_token": self.kv_per_token,
+            "state_bytes_per_sequence": self.state_bytes_per_seq,
+            "kv_bytes_per_sequence": self.kv_bytes_for_context,
+            "activation_bytes": self.activation_bytes,
+            "budget_bytes": self.budget_bytes,
+            "available_kv_bytes": self.available_kv_bytes,
+            "kv_tokens": self.kv_tokens,
+            "max_concurrency": self.max_concurrency,
+            "fits": self.fits,
+            "advice": self.advice,
+        }
 
-def _text_config(plan: TrimPlan) -> dict:
+
+def text_config(plan: TrimPlan) -> dict:
+    """The output's text config (the rewritten one), where per-layer sizes live."""
     cfg = plan.new_documents.get("config.json") or plan.inventory.source.config
     text = cfg.get("text_config")
     return text if isinstance(text, dict) else cfg
 
 
-def kv_bytes_per_token(kind: str, cfg: dict, tp: int, dtype_bytes: int) -> tuple[int, str]:
+_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4}
+
+
+def model_dtype_bytes(cfg: dict) -> int:
+    value = cfg.get("torch_dtype", cfg.get("dtype"))
+    return _DTYPE_BYTES.get(str(value).removeprefix("torch."), 2)
+
+
+def kv_bytes_per_token(kind: str, cfg: dict, tp: int, dtype_bytes: int, kv_cache_dtype: str = "auto") -> tuple[int, str]:
+    """KV bytes one layer of ``kind`` holds per token on one GPU, and a note."""
     heads = first_int(cfg, "num_attention_heads", default=1) or 1
     kv_heads = first_int(cfg, "num_key_value_heads", default=heads) or heads
     head_dim = first_int(cfg, "head_dim", default=0) or (first_int(cfg, "hidden_size", default=0) // heads)
     if kind in (MLA, DSA_FULL, DSA_SHARED):
         latent = first_int(cfg, "kv_lora_rank", default=0) + first_int(cfg, "qk_rope_head_dim", default=0)
-        n = latent * dtype_bytes
-        note = "MLA latent, replicated on every TP rank"
+        if kind in (DSA_FULL, DSA_SHARED) and kv_cache_dtype.startswith("fp8"):
+            n, note = 656, "MLA latent, fp8_ds_mla layout (656 B), replicated on every TP rank"
+        else:
+            n, note = latent * dtype_bytes, "MLA latent, replicated on every TP rank"
         if kind in (DSA_FULL, DSA_SHARED) and cfg.get("index_head_dim"):
             idx = first_int(cfg, "index_head_dim", default=0)
             n += idx + 4 * max(1, idx // 128)  # FP8 keys + one FP32 scale per 128
@@ -161,35 +223,77 @@ def kv_bytes_per_token(kind: str, cfg: dict, tp: int, dtype_bytes: int) -> tuple
         per_rank = max(1, kv_heads // tp)
         note = "" if kv_heads >= tp else f"{kv_heads} KV heads replicated over TP={tp}"
         return 2 * per_rank * head_dim * dtype_bytes, note
-    return 0, "recurrent state per sequence (not estimated)"
+    return 0, "recurrent state per sequence"
+
+
+def recurrent_state_bytes(kind: str, cfg: dict, tp: int) -> int | None:
+    """Bytes of one linear-attention / Mamba layer's state per sequence on one GPU (the
+    convolution state plus the recurrent state, in the model's dtype); None when the config
+    does not describe it."""
+    b = model_dtype_bytes(cfg)
+    if kind == LINEAR and cfg.get("linear_num_value_heads"):  # gated delta net (Qwen3-Next)
+        kh, vh = first_int(cfg, "linear_num_key_heads", default=0), first_int(cfg, "linear_num_value_heads", default=0)
+        kd, vd = first_int(cfg, "linear_key_head_dim", default=0), first_int(cfg, "linear_value_head_dim", default=0)
+        kernel = first_int(cfg, "linear_conv_kernel_dim", default=4)
+        conv = (kernel - 1) * (2 * kh * kd + vh * vd) // tp
+        return (conv + vh // tp * kd * vd) * b if vh else None
+    if kind == MAMBA:
+        d_state = first_int(cfg, "ssm_state_size", "mamba_d_state", "state_size", default=0)
+        d_conv = first_int(cfg, "conv_kernel", "mamba_d_conv", "d_conv", default=4)
+        nheads = first_int(cfg, "mamba_num_heads", default=0)
+        if not d_state:
+            return None
+        if nheads:  # Mamba-2: heads × head_dim × state, conv over x, B and C
+            head_dim = first_int(cfg, "mamba_head_dim", default=0)
+            groups = first_int(cfg, "n_groups", "mamba_n_groups", default=1)
+            inner = nheads * head_dim
+            return ((d_conv - 1) * (inner + 2 * groups * d_state) // tp + nheads // tp * head_dim * d_state) * b
+        expand = first_int(cfg, "mamba_expand", "expand", default=2)
+        inner = expand * first_int(cfg, "hidden_size", default=0)  # Mamba-1 (Jamba)
+        return ((d_conv - 1) * inner // tp + inner // tp * d_state) * b
+    return None
 
 
 def compute_budget(plan: TrimPlan, inputs: BudgetInputs) -> Budget:
-    cfg = _text_config(plan)
+    cfg = text_config(plan)
     tp = max(1, inputs.tp)
+    ranks = rank_weights(plan, tp, inputs.pp, inputs.dp, inputs.expert_parallel)
     weights = plan.retained_bytes
-    per_gpu = weights // tp
+    per_gpu = ranks.per_gpu
     lines: dict[str, KvLine] = {}
     total_per_token = 0
     context_bytes = 0
+    states = 0
+    unestimated = 0
     window = first_int(cfg, "sliding_window", default=0)
     chunk = first_int(cfg, "attention_chunk_size", default=0)
+    # vLLM V1 prefills in chunks of max_num_batched_tokens, its profiling batch; the serve
+    # command mxtrim writes sets it to max_model_len unless told otherwise.
+    batched = inputs.max_num_batched_tokens or inputs.max_model_len
+    dtype_bytes = model_dtype_bytes(cfg) if inputs.kv_cache_dtype in ("auto", "") else inputs.kv_dtype_bytes
+    dtype_bytes = min(dtype_bytes, 2) if not inputs.kv_cache_dtype.startswith("fp8") else 1
     for m in plan.mappings:
         if m.submodel not in ("text", "mtp"):
             continue
         kind = m.kind.attention
-        n, note = kv_bytes_per_token(kind, cfg, tp, inputs.kv_dtype_bytes)
-        line = lines.setdefault(kind, KvLine(kind, 0, n, note))
-        line.layers += 1
-        total_per_token += n
+        n, note = kv_bytes_per_token(kind, cfg, tp, dtype_bytes, inputs.kv_cache_dtype)
         tokens = inputs.max_model_len
         if kind == SLIDING and window:
-            tokens = min(tokens, window)
+            tokens = min(window - 1 + batched, inputs.max_model_len)
         if kind == CHUNKED and chunk:
             tokens = min(tokens, chunk)
-        context_bytes += n * tokens
-    # vLLM V1 prefills in chunks: the profiling batch is max_num_batched_tokens (default 8192).
-    batched = inputs.max_num_batched_tokens or min(inputs.max_model_len, 8192)
+        state = 0
+        if kind in (LINEAR, MAMBA):
+            state = recurrent_state_bytes(kind, cfg, tp)
+            if state is None:
+                unestimated += 1
+                state, note = 0, "recurrent state per sequence (not described by the config)"
+            tokens = None
+        line = lines.setdefault(kind, KvLine(kind, 0, n, note, state, tokens))
+        line.layers += 1
+        total_per_token += n
+        states += state
+        context_bytes += n * (tokens or 0) + state
     hidden = first_int(cfg, "hidden_size", default=0)
     inter = max(first_int(cfg, "intermediate_size", default=0), first_int(cfg, "moe_intermediate_size", default=0))
     vocab = first_int(cfg, "vocab_size", default=0)
@@ -201,11 +305,11 @@ def compute_budget(plan: TrimPlan, inputs: BudgetInputs) -> Budget:
         budget_bytes = int(inputs.gpu_total_bytes * inputs.gpu_memory_utilization)
         available = budget_bytes - per_gpu - activation
         if total_per_token:
-            kv_tokens = max(0, available) // total_per_token
+            kv_tokens = max(0, available - states * inputs.max_num_seqs) // total_per_token
             conc = kv_tokens / inputs.max_model_len
     b = Budget(
         inputs, weights, per_gpu, list(lines.values()), total_per_token, context_bytes, activation,
-        budget_bytes, available, kv_tokens, conc,
+        budget_bytes, available, kv_tokens, conc, ranks=ranks, state_bytes_per_seq=states, unestimated_layers=unestimated,
     )
     b.advice = advise(b)
     return b
@@ -234,7 +338,7 @@ def check_parallelism(plan: TrimPlan, inputs: BudgetInputs) -> dict[str, str]:
     """What vLLM would refuse at start-up: TP must divide the attention heads, and the KV
     heads (or, with fewer KV heads than TP, be a multiple of them: vLLM replicates them);
     PP cannot exceed the kept text layers."""
-    cfg = _text_config(plan)
+    cfg = text_config(plan)
     tp, errors = max(1, inputs.tp), {}
     heads = first_int(cfg, "num_attention_heads")
     kv_heads = first_int(cfg, "num_key_value_heads", default=heads)
@@ -245,8 +349,67 @@ def check_parallelism(plan: TrimPlan, inputs: BudgetInputs) -> dict[str, str]:
         problems.append(f"TP={tp} does not divide the {kv_heads} KV heads")
     if kv_heads and kv_heads < tp and tp % kv_heads:
         problems.append(f"TP={tp} is not a multiple of the {kv_heads} KV heads (vLLM can only replicate them evenly)")
+    experts = first_int(cfg, "n_routed_experts", "num_experts", "num_local_experts")
+    ep = tp * max(1, inputs.dp)
+    has_moe = experts and any(m.kind.mlp in ("moe", "hash-moe") for m in plan.mappings)
+    if has_moe and inputs.expert_parallel and experts % ep:
+        errors["ep"] = (f"{experts} routed experts do not split over EP = TP × DP = {ep} ranks "
+                        f"(fix: TP × DP dividing {experts}, or no expert parallelism)")
+    sizes = [("intermediate_size", first_int(cfg, "intermediate_size"))]
+    if has_moe and not inputs.expert_parallel:
+        sizes.append(("moe_intermediate_size", first_int(cfg, "moe_intermediate_size", "expert_intermediate_size")))
+    block = _quant_block(plan)
+    for field_name, size in sizes:
+        if not size:
+            continue
+        if size % tp:
+            problems.append(f"TP={tp} does not divide {field_name} {size}")
+        elif block and tp > 1 and (size // tp) % block[1]:
+            problems.append(f"{field_name} {size} / TP={tp} = {size // tp} is not divisible by the quantization "
+                            f"{block[0]} {block[1]} (fix: a smaller TP" + (", or expert parallelism)" if field_name.startswith("moe") else ")"))
     if problems:
         errors["tp"] = "; ".join(problems)
     if inputs.pp > plan.new_depth:
         errors["pp"] = f"PP={inputs.pp} exceeds the {plan.new_depth} kept text layer{'s' if plan.new_depth != 1 else ''}"
     return errors
+
+
+def _quant_block(plan: TrimPlan) -> tuple[str, int] | None:
+    """The quantization's granularity over a linear layer's input (FP8 block ``block_n``,
+    AWQ / GPTQ ``group_size``) that each TP shard must keep whole, or None."""
+    q = plan.inventory.quantization
+    if q is None:
+        return None
+    block = q.config.get("weight_block_size")
+    if isinstance(block, list) and len(block) == 2 and all(type(x) is int and x > 0 for x in block):
+        return "block size", block[0]
+    group = q.config.get("group_size")
+    if type(group) is int and group > 0:
+        return "group size", group
+    return None
+
+
+def _max_model_len(plan: TrimPlan) -> int:
+    """Conservative, but long enough for the longest triggering prompt (index_topk, windows)."""
+    cfg = plan.inventory.source.config
+    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
+    need = 0
+    kinds = {m.kind.attention for m in plan.mappings if m.submodel == "text"}
+    if kinds & {DSA_FULL, DSA_SHARED} and isinstance(text.get("index_topk"), int):
+        need = max(need, text["index_topk"])
+    if "sliding" in kinds and isinstance(text.get("sliding_window"), int):
+        need = max(need, text["sliding_window"])
+    if "chunked" in kinds and isinstance(text.get("attention_chunk_size"), int):
+        need = max(need, text["attention_chunk_size"])
+    length = 4096
+    while length < need + 512:
+        length *= 2
+    cap = text.get("max_position_embeddings")
+    if isinstance(cap, int) and cap > 0:
+        length = min(length, cap)
+    return length
+
+
+def default_serve(plan: TrimPlan) -> BudgetInputs:
+    """The settings the report's serve command uses when none are chosen."""
+    return BudgetInputs(max_model_len=_max_model_len(plan), max_num_seqs=1, gpu_memory_utilization=DEFAULT_GPU_MEMORY_UTILIZATION)

@@ -4,12 +4,14 @@
 from __future__ import annotations
 
 from .build import TrimPlan
+from .budget import BudgetInputs, compute_budget, default_serve
 from .needed_shards import needed_shards
 
 SCHEMA = "mxtrim.plan/1"
 
 
-def plan_to_json(plan: TrimPlan, *, with_tensors: bool = False) -> dict:
+def plan_to_json(plan: TrimPlan, *, with_tensors: bool = False, serve: BudgetInputs | None = None) -> dict:
+    """The plan document; ``budget`` is computed for ``serve`` (default: the report's settings)."""
     inv = plan.inventory
     doc = {
         "schema": SCHEMA,
@@ -65,6 +67,7 @@ def plan_to_json(plan: TrimPlan, *, with_tensors: bool = False) -> dict:
         "ok": not plan.errors,
     }
     doc["needed_shards"] = [s.to_json() for s in needed_shards(plan)]
+    doc["budget"] = compute_budget(plan, serve or default_serve(plan)).to_json()
     if with_tensors:
         doc["tensors"]["renames"] = [[o, n] for o, n in plan.renames]
         doc["tensors"]["dropped_names"] = [[t, r] for t, r in plan.dropped]

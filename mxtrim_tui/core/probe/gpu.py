@@ -3,12 +3,18 @@
 Every probe returns data or a reason, never raises: no driver, no library, a container
 without devices, MIG, UMA devices without dedicated memory... all read as "not available"
 with the reason, like nvitop does. Process names come from psutil when the PID is visible.
+
+Visible devices: NVML lists every device of the machine whatever ``CUDA_VISIBLE_DEVICES``
+says (checked on an H200, tests/fixtures/nvml_h200.json), and MetaX's NVML-compatible
+``pymxml`` is treated the same with ``MACA_VISIBLE_DEVICES``: the indices are the machine's
+(the ones the server's visible-devices variable takes), and the probed vendor's variable is
+recorded in ``GpuProbe.visible_devices`` as the user set it (None when unset).
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -48,7 +54,13 @@ def _process_name(pid: int) -> str:
         return "?"
 
 
-def _nvml_probe(nv) -> GpuProbe:
+# the variable that selects the devices a process of each vendor's runtime sees
+VISIBLE_DEVICES_ENV = {"nvidia": "CUDA_VISIBLE_DEVICES", "metax": "MACA_VISIBLE_DEVICES"}
+
+
+def _nvml_probe(nv, vendor: str = "nvidia") -> GpuProbe:
+    """Any module with NVML's Python surface (pynvml, pymxml); ``vendor`` names the result
+    and which visible-devices variable it records."""
     nv.nvmlInit()
     try:
         driver = nv.nvmlSystemGetDriverVersion()
@@ -76,7 +88,7 @@ def _nvml_probe(nv) -> GpuProbe:
                 except (nv.NVMLError, AttributeError):
                     pass
             gpus.append(GpuInfo(i, name, total, used, free, util, tuple(procs)))
-        return GpuProbe("nvidia", True, "", tuple(gpus), driver, os.environ.get("CUDA_VISIBLE_DEVICES"))
+        return GpuProbe(vendor, True, "", tuple(gpus), driver, os.environ.get(VISIBLE_DEVICES_ENV[vendor]))
     finally:
         try:
             nv.nvmlShutdown()
@@ -89,6 +101,8 @@ def probe_nvidia() -> GpuProbe:
         import pynvml as nv
     except ImportError:
         return GpuProbe("nvidia", False, "pynvml (nvidia-ml-py) is not installed")
+    except Exception as exc:  # noqa: BLE001 - a broken install
+        return GpuProbe("nvidia", False, f"pynvml failed to import: {exc}")
     try:
         return _nvml_probe(nv)
     except Exception as exc:  # noqa: BLE001 - NVMLError_LibraryNotFound, DriverNotLoaded, ...
@@ -102,11 +116,12 @@ def probe_metax() -> GpuProbe:
         import pymxml as mx  # type: ignore[import-not-found]
     except ImportError:
         return GpuProbe("metax", False, "pymxml is not installed")
+    except Exception as exc:  # noqa: BLE001 - a broken install (its library loaded at import)
+        return GpuProbe("metax", False, f"pymxml failed to import: {exc}")
     try:
         # Releases expose an NVML-compatible surface; use it when present.
         if hasattr(mx, "nvmlInit"):
-            probe = _nvml_probe(mx)
-            return replace(probe, vendor="metax", visible_devices=os.environ.get("MACA_VISIBLE_DEVICES"))
+            return _nvml_probe(mx, "metax")
         return GpuProbe("metax", False, "pymxml found but its API is not recognised")
     except Exception as exc:  # noqa: BLE001
         return GpuProbe("metax", False, f"pymxml unavailable: {exc}")

@@ -10,13 +10,11 @@ from pathlib import Path
 
 from ..plan.config_edit import MISSING, short_value
 from ..probe.environment import environment
-from ..model.families.base import DSA_FULL, DSA_SHARED
-from ..plan.budget import BudgetInputs
+from ..plan.budget import DEFAULT_GPU_MEMORY_UTILIZATION, BudgetInputs, default_serve
 from ..plan.build import TrimPlan
 from ..read.source import FileKind
 from ..units import human_bytes, shown_bytes
 
-DEFAULT_GPU_MEMORY_UTILIZATION = 0.8
 
 VALIDATION_CHECKS = (
     "config loads offline (AutoConfig, local files only)",
@@ -34,32 +32,6 @@ def _short(value) -> str:
     return "`" + short_value(value, 70, ensure_ascii=False, count_items=True).replace("|", "\\|") + "`"
 
 
-def _max_model_len(plan: TrimPlan) -> int:
-    """Conservative, but long enough for the longest triggering prompt (index_topk, windows)."""
-    cfg = plan.inventory.source.config
-    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
-    need = 0
-    kinds = {m.kind.attention for m in plan.mappings if m.submodel == "text"}
-    if kinds & {DSA_FULL, DSA_SHARED} and isinstance(text.get("index_topk"), int):
-        need = max(need, text["index_topk"])
-    if "sliding" in kinds and isinstance(text.get("sliding_window"), int):
-        need = max(need, text["sliding_window"])
-    if "chunked" in kinds and isinstance(text.get("attention_chunk_size"), int):
-        need = max(need, text["attention_chunk_size"])
-    length = 4096
-    while length < need + 512:
-        length *= 2
-    cap = text.get("max_position_embeddings")
-    if isinstance(cap, int) and cap > 0:
-        length = min(length, cap)
-    return length
-
-
-def default_serve(plan: TrimPlan) -> BudgetInputs:
-    """The settings the report's serve command uses when none are chosen."""
-    return BudgetInputs(max_model_len=_max_model_len(plan), max_num_seqs=1, gpu_memory_utilization=DEFAULT_GPU_MEMORY_UTILIZATION)
-
-
 def _serve_args(plan: TrimPlan, serve: BudgetInputs | None) -> list[str]:
     """The parallelism and memory flags: ``serve``'s values, else the defaults with TP and the
     utilisation left as shell variables."""
@@ -69,12 +41,19 @@ def _serve_args(plan: TrimPlan, serve: BudgetInputs | None) -> list[str]:
     args = ["--tensor-parallel-size", tp]
     if s.pp > 1:
         args += ["--pipeline-parallel-size", str(s.pp)]
-    return args + [
+    if s.dp > 1:
+        args += ["--data-parallel-size", str(s.dp)]
+    if s.expert_parallel:
+        args.append("--enable-expert-parallel")
+    args += [
         "--max-model-len", str(s.max_model_len),
         "--max-num-seqs", str(s.max_num_seqs),
-        "--max-num-batched-tokens", str(max(s.max_model_len, s.max_num_batched_tokens or 0)),
+        "--max-num-batched-tokens", str(s.max_num_batched_tokens or s.max_model_len),
         "--gpu-memory-utilization", utilization,
     ]
+    if s.kv_cache_dtype != "auto":
+        args += ["--kv-cache-dtype", s.kv_cache_dtype]
+    return args
 
 
 def serve_command(plan: TrimPlan, out_dir: Path, mode: str, serve: BudgetInputs | None = None) -> str:
@@ -88,7 +67,7 @@ def serve_command(plan: TrimPlan, out_dir: Path, mode: str, serve: BudgetInputs 
         args.append("--trust-remote-code")
     quoted = " ".join(a if a.startswith("${") else shlex.quote(a) for a in args)
     env = (
-        'CUDA_VISIBLE_DEVICES="${CUDA_VISIBLE_DEVICES:-0}" MACA_VISIBLE_DEVICES="${CUDA_VISIBLE_DEVICES:-0}" \\\n'
+        'CUDA_VISIBLE_DEVICES="${CUDA_VISIBLE_DEVICES:-0}" MACA_VISIBLE_DEVICES="${MACA_VISIBLE_DEVICES:-${CUDA_VISIBLE_DEVICES:-0}}" \\\n'
         "HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 \\\n"
     )
     return env + quoted
@@ -102,6 +81,10 @@ def serve_settings(plan: TrimPlan, out_dir: Path, mode: str, serve: BudgetInputs
         "pp": s.pp,
         "max_model_len": s.max_model_len,
         "max_num_seqs": s.max_num_seqs,
+        "max_num_batched_tokens": s.max_num_batched_tokens or s.max_model_len,
+        "dp": s.dp,
+        "expert_parallel": s.expert_parallel,
+        "kv_cache_dtype": s.kv_cache_dtype,
         "gpu_memory_utilization": s.gpu_memory_utilization,
         "command": serve_command(plan, out_dir, mode, serve),
     }

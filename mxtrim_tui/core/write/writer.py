@@ -302,7 +302,7 @@ def copied_from(f) -> str:
 
 def plan_json_text(plan: TrimPlan, out: Path, mode: str, serve=None) -> str:
     """``mxtrim-plan.json``: the plan, the mode, the output and the serve settings."""
-    doc = plan_to_json(plan)
+    doc = plan_to_json(plan, serve=serve)
     doc["mode"] = mode
     doc["output"] = str(out)
     doc["serve"] = serve_settings(plan, out, mode, serve)

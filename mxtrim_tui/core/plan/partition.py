@@ -1,0 +1,212 @@
+"""How vLLM spreads each retained tensor over its ranks: weights per GPU, exact from headers.
+
+Every tensor gets a partitioning from its name (a declarative table, below), the way vLLM's
+layers hold it:
+
+* ``column``: split on its output dimension (QKV / gate / up projections, MLA ``q_b_proj`` /
+  ``kv_b_proj``, linear-attention input projections): ColumnParallelLinear;
+* ``row``: split on its input dimension (``o_proj``, ``down_proj``, ``out_proj``): RowParallelLinear;
+  a 1-D bias or a per-output-channel scale of a row-parallel layer is replicated;
+* ``kv``: K/V projections, split over the KV heads; with fewer KV heads than TP each rank
+  holds one head (vLLM replicates them);
+* ``vocab``: embeddings and LM heads, split over the vocabulary padded to a multiple of 64
+  (VocabParallelEmbedding / ParallelLMHead);
+* ``expert``: routed experts: with expert parallelism each whole expert lives on one of
+  ``ep = TP × DP`` ranks (experts ``[r·E/ep, (r+1)·E/ep)`` on rank r); without it, split like
+  the MLP they are (gate/up column, down row);
+* ``replicated``: norms, routers and their biases, MLA's ``q_a_proj`` / ``kv_a_proj_with_mqa``
+  (replicated in vLLM's DeepSeek / GLM MLA), DSA indexers, MTP ``eh_proj`` / ``enorm`` /
+  ``hnorm``, anything not named below.
+
+Quantization scales follow their weight along the split dimension (a block scale of
+``ceil(out/128) × ceil(in/128)`` splits with it; a dimension of 1 cannot split and stays
+whole). A split gives each rank ``ceil(size / ranks)`` rows of the dimension.
+
+Pipeline stages take the kept text layers as vLLM's ``get_pp_indices`` does (an even share, the
+remainder to the stages before the last); the first stage holds the embeddings, the last the
+final norm, the LM head and the MTP layers.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+
+COLUMN, ROW, KV, VOCAB, EXPERT, REPLICATED = "column", "row", "kv", "vocab", "expert", "replicated"
+
+# (pattern on the tensor name, partitioning); the first match wins. Order matters: routed
+# experts before the MLP projections they are named like, shared experts after them.
+RULES: tuple[tuple[str, str], ...] = (
+    (r"(^|\.)(embed_tokens|wte|word_embeddings|embed_in|embed_out|lm_head|shared_head\.head)\.", VOCAB),
+    (r"\.experts\.(\d+\.)?(gate_up_proj|gate_proj|up_proj|w1|w3|down_proj|w2)(_blocks|_scales|_bias)?(\.|$)", EXPERT),
+    (r"(norm|layernorm|ln_\d|ln_f)(\.|$)|e_score_correction_bias|\.indexer\.|(^|\.)(eh_proj|enorm|hnorm)\.", REPLICATED),
+    (r"\.(q_a_proj|kv_a_proj_with_mqa|fused_qkv_a_proj)\.", REPLICATED),
+    (r"\.(mlp|block_sparse_moe|feed_forward)\.(gate|router)\.", REPLICATED),
+    (r"\.(k_proj|v_proj)\.", KV),
+    (r"\.(o_proj|down_proj|out_proj|dense|w2|fc2|c_proj|wo)\.", ROW),
+    (r"\.(q_proj|q_b_proj|kv_b_proj|qkv_proj|query_key_value|gate_proj|up_proj|gate_up_proj|w1|w3|fc1|c_fc|"
+     r"in_proj\w*|conv1d|wq|wk|wv)\.|\.(A_log|dt_bias|D)$", COLUMN),
+)
+_COMPILED = tuple((re.compile(p), kind) for p, kind in RULES)
+_EXPERT_NUMBER = re.compile(r"\.experts\.(\d+)\.")
+_PACKED = ("qweight", "qzeros", "scales", "g_idx")  # AWQ / GPTQ: [in, out] (transposed)
+VOCAB_PADDING = 64  # vLLM's DEFAULT_VOCAB_PADDING_SIZE
+
+
+def partition_of(name: str) -> str:
+    for pattern, kind in _COMPILED:
+        if pattern.search(name):
+            return kind
+    return REPLICATED
+
+
+def _split_bytes(nbytes: int, shape: tuple, dim: int, ranks: int) -> int:
+    """Bytes one rank holds when dimension ``dim`` is split ``ranks`` ways (the largest share)."""
+    if ranks == 1 or not shape or shape[dim] <= 1:
+        return nbytes
+    size = shape[dim]
+    return nbytes // size * math.ceil(size / ranks)
+
+
+def _dims(name: str, shape: tuple) -> tuple[int, int]:
+    """(output dim, input dim) of a weight-like tensor."""
+    leaf = name.rsplit(".", 1)[-1]
+    if leaf in _PACKED and len(shape) == 2:
+        return 1, 0
+    if len(shape) >= 3:  # fused experts [E, in, out] (gpt-oss, Llama 4)
+        return len(shape) - 1, len(shape) - 2
+    return 0, (1 if len(shape) > 1 else -1)
+
+
+def tp_bytes(name: str, shape: tuple, nbytes: int, kind: str, tp: int, kv_heads: int, vocab: int) -> int:
+    """Bytes of the tensor on one TP rank (its largest share)."""
+    if tp == 1 or kind == REPLICATED or not shape:
+        return nbytes
+    out_dim, in_dim = _dims(name, shape)
+    if kind == VOCAB:
+        rows = shape[0]
+        padded = math.ceil(rows / VOCAB_PADDING) * VOCAB_PADDING if rows >= vocab > 0 else rows
+        return nbytes // rows * math.ceil(padded / tp)
+    if kind == KV and kv_heads and kv_heads < tp:
+        return nbytes // kv_heads  # one head per rank, replicated
+    if kind in (COLUMN, KV) or (kind == EXPERT and _is_column_expert(name)):
+        return _split_bytes(nbytes, shape, out_dim, tp)
+    if in_dim < 0:  # bias / per-channel vector of a row-parallel layer
+        return nbytes
+    return _split_bytes(nbytes, shape, in_dim, tp)
+
+
+def _is_column_expert(name: str) -> bool:
+    return re.search(r"\.(gate_up_proj|gate_proj|up_proj|w1|w3)(_blocks|_scales|_bias)?(\.|$)", name) is not None
+
+
+def pp_stages(depth: int, pp: int) -> list[range]:
+    """The text layers of each pipeline stage, as vLLM's ``get_pp_indices`` assigns them."""
+    per = depth // pp
+    sizes = [per] * pp
+    for i in range(2, depth % pp + 2):
+        sizes[-i] += 1
+    out, start = [], 0
+    for n in sizes:
+        out.append(range(start, start + n))
+        start += n
+    return out
+
+
+@dataclass
+class RankWeights:
+    """Weights per GPU for one parallel layout."""
+
+    tp: int
+    pp: int
+    dp: int
+    ep: int  # 1: no expert parallelism
+    stage_bytes: list[int]  # per pipeline stage: the bytes on its busiest GPU
+    by_kind: dict[str, int] = field(default_factory=dict)  # partitioning -> bytes on that GPU (busiest stage)
+    total_bytes: int = 0  # every retained tensor once
+    unknown_tensors: int = 0  # retained tensors whose shard is not on disk: not counted
+
+    @property
+    def per_gpu(self) -> int:
+        return max(self.stage_bytes) if self.stage_bytes else 0
+
+    def to_json(self) -> dict:
+        return {"tp": self.tp, "pp": self.pp, "dp": self.dp, "ep": self.ep, "per_gpu_bytes": self.per_gpu,
+                "stage_bytes": self.stage_bytes, "by_partitioning": dict(sorted(self.by_kind.items())),
+                "total_bytes": self.total_bytes, "unknown_tensors": self.unknown_tensors}
+
+
+def rank_weights(plan, tp: int = 1, pp: int = 1, dp: int = 1, expert_parallel: bool = False) -> RankWeights:
+    """Bytes per GPU of the plan's retained tensors under TP × PP (× DP with EP)."""
+    from .budget import text_config
+
+    inv = plan.inventory
+    src = inv.source
+    cfg = text_config(plan)
+    heads = _int(cfg, "num_attention_heads") or 1
+    kv_heads = _int(cfg, "num_key_value_heads") or heads
+    vocab = _int(cfg, "vocab_size")
+    ep = tp * dp if expert_parallel else 1
+    experts = _int(cfg, "n_routed_experts", "num_experts", "num_local_experts")
+    depth = max(1, plan.new_depth)
+    stages = pp_stages(depth, max(1, min(pp, depth)))
+    stage_of_layer = {i: s for s, r in enumerate(stages) for i in r}
+    text_layer = {m.new_name: m.new for m in plan.mappings if m.submodel == "text"}
+    layer_key = re.compile(r"^(.*?\.\d+)\.")
+    last = len(stages) - 1
+    # per stage: non-expert bytes on one TP rank, and expert bytes per EP rank
+    plain = [0] * len(stages)
+    by_kind: list[dict[str, int]] = [{} for _ in stages]
+    expert_rank = [[0] * ep for _ in stages]
+    total = unknown = 0
+    for old, new in plan.renames:
+        info = src.tensor(old)
+        if not src.is_present(old):
+            unknown += 1
+            continue
+        total += info.nbytes
+        kind = partition_of(new)
+        m = layer_key.match(new)
+        if m and m.group(1) in text_layer:
+            stage = stage_of_layer.get(text_layer[m.group(1)], last)
+        elif m is None and ((kind == VOCAB and "head" not in new) or "vision" in new or "visual" in new):
+            stage = 0  # embeddings and encoders feed the first stage
+        else:
+            stage = last  # final norm, LM head, MTP layers
+        if kind == EXPERT and ep > 1:
+            share = _expert_share(new, info.shape, info.nbytes, experts, ep)
+            for r, b in enumerate(share):
+                expert_rank[stage][r] += b
+            continue
+        b = tp_bytes(new, info.shape, info.nbytes, kind, tp, kv_heads, vocab)
+        plain[stage] += b
+        by_kind[stage][kind] = by_kind[stage].get(kind, 0) + b
+    stage_bytes = [plain[s] + max(expert_rank[s]) for s in range(len(stages))]
+    busiest = max(range(len(stages)), key=stage_bytes.__getitem__)
+    kinds = dict(by_kind[busiest])
+    if ep > 1 and max(expert_rank[busiest]):
+        kinds[EXPERT] = max(expert_rank[busiest])
+    return RankWeights(tp, len(stages), dp, ep, stage_bytes, kinds, total, unknown)
+
+
+def _expert_share(name: str, shape: tuple, nbytes: int, experts: int | None, ep: int) -> list[int]:
+    """Bytes of an expert tensor on each EP rank (linear placement)."""
+    share = [0] * ep
+    m = _EXPERT_NUMBER.search(name)
+    if m and experts:
+        share[min(ep - 1, int(m.group(1)) * ep // experts)] = nbytes
+        return share
+    if len(shape) >= 3 and shape[0] > 1:  # fused [E, ...]: whole experts per rank
+        per = nbytes // shape[0]
+        counts = [len(range(r, shape[0], ep)) for r in range(ep)]
+        return [per * c for c in counts]
+    return [nbytes] * ep
+
+
+def _int(cfg: dict, *keys: str) -> int | None:
+    for k in keys:
+        v = cfg.get(k)
+        if type(v) is int:
+            return v
+    return None
