@@ -419,7 +419,16 @@ def _serve_options(args, out: Path, plan_doc: dict):
         speculative_mtp=1 if args.speculative else 0,
         launcher=shlex.split(args.launcher) if args.launcher else None,
         startup_timeout=args.timeout,
+        gpu_total_bytes=_chosen_gpu_memory(probe, choice.gpus) if not cpu else None,
     )
+
+
+def _chosen_gpu_memory(probe, gpus: str | None) -> int | None:
+    """Memory of the first GPU the server gets (what vLLM's budget is taken from)."""
+    if probe is None or not gpus:
+        return None
+    first = gpus.split(",")[0].strip()
+    return next((g.total_bytes for g in probe.gpus if str(g.index) == first), None)
 
 
 def run_validation(out: Path, args, quiet: bool):
@@ -453,6 +462,10 @@ def print_validation(v, runs: int) -> None:
             for line in r.verdict["evidence"]:
                 print(f"      {line}")
             print(f"    suggested: {r.verdict['advice']}")
+    if v.memory and "figures" in v.memory:
+        from .core.validate.memory_check import summary
+
+        print(f"memory, predicted / logged: {summary(v.memory)}")
     if v.environment.get("warning"):
         print(f"⚠ {v.environment['warning']}")
     if v.mode == "weights":

@@ -96,6 +96,15 @@ def test_offline_then_served_real_weights_are_loadable_and_history_is_kept(llama
     assert doc["loadable"] is True
     assert "--load-format" not in doc["serve_command"]
     assert doc["server_exit"]["requested"] and doc["server_exit"]["survivors"] == []
+    # the budget's prediction beside what this vLLM logged while starting (the CPU build logs
+    # its KV budget, tokens and concurrency, not the weights)
+    memory = doc["memory"]
+    assert memory["device"] == "cpu" and memory["compared"] == 3 and memory["agree"] is True, memory
+    tokens = memory["figures"]["kv_tokens"]
+    assert tokens["actual"] > 0 and abs(tokens["ratio"] - 1) <= 0.10
+    assert memory["figures"]["weights_bytes"]["actual"] is None
+    assert any("KV cache size" in line for line in memory["log_lines"])
+    assert "KV tokens" in (out / "README.md").read_text()
     # the record: both runs kept, the README says loadable, the log is beside it
     history = json.loads((out / "validation.json").read_text())
     assert len(history["runs"]) == 2 and history["runs"][0]["rows"] != history["runs"][1]["rows"]

@@ -44,7 +44,9 @@ class BudgetInputs:
 
     @property
     def kv_dtype_bytes(self) -> int:
-        return 1 if self.kv_cache_dtype.startswith("fp8") else 2
+        """Bytes of one KV element for an explicit cache dtype (``auto``: the model's, see
+        compute_budget); ``float32`` is what the CPU build serves with ``--dtype float32``."""
+        return 1 if self.kv_cache_dtype.startswith("fp8") else 4 if self.kv_cache_dtype == "float32" else 2
 
 
 GiB = 1 << 30
@@ -271,7 +273,6 @@ def compute_budget(plan: TrimPlan, inputs: BudgetInputs) -> Budget:
     # command mxtrim writes sets it to max_model_len unless told otherwise.
     batched = inputs.max_num_batched_tokens or inputs.max_model_len
     dtype_bytes = model_dtype_bytes(cfg) if inputs.kv_cache_dtype in ("auto", "") else inputs.kv_dtype_bytes
-    dtype_bytes = min(dtype_bytes, 2) if not inputs.kv_cache_dtype.startswith("fp8") else 1
     for m in plan.mappings:
         if m.submodel not in ("text", "mtp"):
             continue

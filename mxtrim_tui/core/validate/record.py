@@ -51,6 +51,10 @@ def render_section(v: Validation, runs: int, integrity_rows: list[str]) -> str:
             status = f"failed: {r.verdict['class']}"
         lines.append(f"| {_cell(r.check)} | {status} | {_cell(r.detail)} |")
     lines.append("")
+    if v.memory and "figures" in v.memory:
+        from .memory_check import summary
+
+        lines += [f"Memory at start-up, mxtrim's budget against vLLM's log: {summary(v.memory)}.", ""]
     for r in v.rows:
         if r.status == FAILED and r.verdict:
             lines += [f"**{r.check}** — {r.verdict['class']}: {r.verdict['summary']}", ""]

@@ -49,6 +49,7 @@ class Validation:
     environment: dict = field(default_factory=dict)
     serve_command: list[str] | None = None
     server_exit: dict | None = None
+    memory: dict | None = None  # predicted vs logged start-up figures (memory_check.compare)
 
     @property
     def ok(self) -> bool:
@@ -66,7 +67,7 @@ class Validation:
             "schema": "mxtrim.validation/1", "output": str(self.output), "mode": self.mode, "started": self.started,
             "python": self.python, "ok": self.ok, "loadable": self.loadable if self.mode == "weights" else None,
             "environment": self.environment, "serve_command": self.serve_command, "server_exit": self.server_exit,
-            "rows": [r.to_json() for r in self.rows],
+            "memory": self.memory, "rows": [r.to_json() for r in self.rows],
         }
 
 
@@ -170,6 +171,9 @@ def _serve_and_stop(v: Validation, out: Path, plan: dict, opts: ServeOptions, em
             return
         v.rows.append(Row("start-up", PASSED, f"healthy after {time.monotonic() - started:.1f} s" + (" (dummy weights)" if v.mode == "dummy" else " (real weights)")))
         emit({"event": "check", **v.rows[-1].to_json()})
+        v.memory = memory_comparison(out, opts)
+        if v.memory is not None:
+            emit({"event": "memory", **v.memory})
         base = f"http://127.0.0.1:{port}"
         generation_rows(v, out, base, server, emit)
         extra_rows(v, out, plan, opts, base, server, emit)
@@ -185,6 +189,22 @@ def _serve_and_stop(v: Validation, out: Path, plan: dict, opts: ServeOptions, em
             exit_info = server.stop()
             v.server_exit = _exit_json(exit_info)
             emit({"event": "serve", "status": "stopped", **v.server_exit})
+
+
+def memory_comparison(out: Path, opts: ServeOptions) -> dict | None:
+    """The budget's prediction beside the figures this server logged while starting (its log's
+    last run), or None when the log holds none of them."""
+    from . import memory_check
+    from .vllm_log import iter_file, last_run, parse_startup
+
+    actual = parse_startup(last_run(iter_file(out / "logs" / "serve.log")))
+    if not actual.source_lines:
+        return None
+    try:
+        predicted = memory_check.predict(out, opts, opts.gpu_total_bytes)
+    except InputError as exc:  # the output cannot be read back: say so, do not fail the run
+        return {"error": str(exc)}
+    return memory_check.compare(predicted, actual)
 
 
 def generation_rows(v: Validation, out: Path, base: str, server: Server, emit) -> None:

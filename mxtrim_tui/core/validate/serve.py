@@ -54,6 +54,7 @@ class ServeOptions:
     launcher: list[str] | None = None  # replaces `PYTHON -m vllm.entrypoints.openai.api_server`
     extra_args: list[str] = field(default_factory=list)
     startup_timeout: float = 600.0
+    gpu_total_bytes: int | None = None  # memory of the first GPU used (the budget's prediction)
 
 
 def free_port() -> int:

@@ -273,6 +273,10 @@ class RunScreen(WizardScreen):
             self._log(Text("[serve] starting", style="cyan"))
         elif kind == "serve":
             self._log(Text(f"[serve] {event.get('status')} ({event.get('signal') or 'exited'}, status {event.get('returncode')})", style="cyan"))
+        elif kind == "memory" and "figures" in event:
+            from ...core.validate.memory_check import summary
+
+            self._log(Text(f"[memory] predicted / logged: {summary(event)}", style="cyan"))
         elif kind == "request":
             mark = "✓" if event.get("passed") else "✗"
             self._log(Text(f"{mark} {event.get('name')}: HTTP {event.get('status')} in {event.get('seconds')} s — {event.get('detail')}", style="green" if event.get("passed") else "red"))
