@@ -12,12 +12,9 @@ import pytest
 from textual.widgets import DataTable, Input
 from textual.widgets._footer import FooterKey
 
-from mxtrim_tui.core.probe.gpu import GpuProbe
 from mxtrim_tui.demo.build import build_demo
-from mxtrim_tui.tui.app import MxtrimApp
-from tui_support import plain, plan_checked, settle, wait_for
+from tui_support import make_app, plain, plan_checked, settle, wait_for
 
-NO_GPU = lambda: GpuProbe("none", False, "no GPU in this test")  # noqa: E731
 SIZE = (80, 24)
 
 
@@ -29,12 +26,6 @@ def private_config(tmp_path, monkeypatch):
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory):
     return build_demo(tmp_path_factory.mktemp("demo") / "demo")
-
-
-def make_app(tmp_path, source, **kw):
-    ws = tmp_path / "ws"
-    ws.mkdir(exist_ok=True)
-    return MxtrimApp(source, tree_root=tmp_path, gpu_probe=NO_GPU, workspace=ws, **kw), ws
 
 
 def flat(widget) -> str:

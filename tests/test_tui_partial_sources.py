@@ -14,13 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from mxtrim_tui.core.probe.gpu import GpuProbe
 from mxtrim_tui.synth.checkpoint import write_checkpoint
 from mxtrim_tui.synth.layouts.deepseek import deepseek_v3
-from mxtrim_tui.tui.app import ErrorScreen, MxtrimApp
-from tui_support import plain, settle, wait_for
+from mxtrim_tui.tui.app import ErrorScreen
+from tui_support import make_app, plain, settle, wait_for
 
-NO_GPU = lambda: GpuProbe("none", False, "no GPU in this test")  # noqa: E731
 INDEX = "model.safetensors.index.json"
 TEXT_LAYERS = 6  # layers 0-2 dense, 3-5 MoE; model.layers.6 is the MTP head
 LAYER = re.compile(r"model\.layers\.(\d+)\.")
@@ -89,9 +87,7 @@ def needed_line(app) -> str:
 @pytest.mark.asyncio
 async def test_index_only_source_shows_what_is_missing_and_offers_no_real_weights(sources, tmp_path):
     (dirs, weight_map, listed, auto) = sources
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    app = MxtrimApp(dirs["index-only"], tree_root=tmp_path, gpu_probe=NO_GPU, workspace=ws)
+    app, ws = make_app(tmp_path, dirs["index-only"])
     async with app.run_test(size=(160, 48)) as pilot:
         await open_wizard(pilot, app)
         # 1. source: what kind of source, the index's shards, no claim about shards on disk
@@ -135,9 +131,7 @@ async def test_index_only_source_shows_what_is_missing_and_offers_no_real_weight
 @pytest.mark.asyncio
 async def test_partial_source_allows_real_weights_only_while_the_needed_shards_are_present(sources, tmp_path):
     (dirs, weight_map, listed, auto) = sources
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    app = MxtrimApp(dirs["partial"], tree_root=tmp_path, gpu_probe=NO_GPU, workspace=ws)
+    app, ws = make_app(tmp_path, dirs["partial"])
     async with app.run_test(size=(160, 48)) as pilot:
         await open_wizard(pilot, app)
         summary = plain(app.screen.query_one("#summary"))

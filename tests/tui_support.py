@@ -4,6 +4,18 @@ from __future__ import annotations
 
 from textual.widgets import Input
 
+from mxtrim_tui.core.probe.gpu import GpuProbe
+from mxtrim_tui.tui.app import MxtrimApp
+
+NO_GPU = lambda: GpuProbe("none", False, "no GPU in this test")  # noqa: E731
+
+
+def make_app(tmp_path, source, **kw):
+    """The wizard on ``source`` with no GPU and its own workspace ``tmp_path/ws``: (app, ws)."""
+    ws = tmp_path / "ws"
+    ws.mkdir(exist_ok=True)
+    return MxtrimApp(source, tree_root=tmp_path, gpu_probe=NO_GPU, workspace=ws, **kw), ws
+
 # DirectoryTree keeps a loader worker alive for the app's lifetime: never wait on it.
 BACKGROUND_GROUPS = {"_loader"}
 

@@ -454,15 +454,18 @@ def _attention_fits(rule: str, tensors: str) -> bool:
     return tensors in _ATTN_FITS.get(rule, _ATTN_DEFAULT_FIT)
 
 
-def _is_linear_weight(rest: str, shape: tuple[int, ...]) -> bool:
+def _is_linear_weight(rest: str, shape: tuple[int, ...] | None) -> bool:
+    """A linear layer's weight. ``shape`` None: a tensor only the index names (its shard is not
+    on disk), judged by its name alone: a ``weight`` leaf outside norms and embeddings, or a
+    fused expert tensor."""
     leaf = rest.rsplit(".", 1)[-1]
-    if leaf in LINEAR_WEIGHT_LEAVES:
-        if len(shape) < 2:
+    if leaf in LINEAR_WEIGHT_LEAVES and (shape is not None or leaf == "weight"):
+        if shape is not None and len(shape) < 2:
             return False
         low = rest.lower()
         return not any(h in low for h in NORM_HINTS) and "embed" not in low
     # fused expert tensors (gpt-oss / Llama4 / Qwen3-VL-MoE): "...experts.gate_up_proj[_blocks]"
-    return ".experts." in rest and len(shape) >= 3 and not leaf.endswith(("_scales", "_bias", "bias"))
+    return ".experts." in rest and (shape is None or len(shape) >= 3) and not leaf.endswith(("_scales", "_bias", "bias"))
 
 
 def _collapse_module(rest: str) -> str:
@@ -927,16 +930,6 @@ def _estimated_dtype(rest: str, listed, absent_dtypes) -> str | None:
     return base
 
 
-def _is_linear_name(rest: str) -> bool:
-    """A linear weight by its name alone (no shape to go by): a ``weight`` leaf outside
-    norms and embeddings, or a fused expert tensor."""
-    leaf = rest.rsplit(".", 1)[-1]
-    low = rest.lower()
-    if leaf == "weight":
-        return not any(h in low for h in NORM_HINTS) and "embed" not in low
-    return ".experts." in rest and not leaf.endswith(("_scales", "_bias", "bias"))
-
-
 def _analyse_tensors(rests: tuple[str, ...], dtypes: tuple[str, ...], shapes: tuple, quantized: bool, absent_dtypes=None):
     """Kinds, weight dtypes, scale count and unquantized modules of one layer's tensors.
 
@@ -963,7 +956,7 @@ def _analyse_tensors(rests: tuple[str, ...], dtypes: tuple[str, ...], shapes: tu
             continue
         if dtype == ABSENT_DTYPE:  # only the index names it: estimated from the names and the config
             dtype = _estimated_dtype(rest, listed, absent_dtypes)
-            linear = dtype is not None and _is_linear_name(rest)
+            linear = dtype is not None and _is_linear_weight(rest, None)
         else:
             linear = _is_linear_weight(rest, shape)
         if linear:

@@ -117,19 +117,24 @@ def detect_quantization(source: ModelSource) -> Quantization | None:
 _TORCH_DTYPES = {"bfloat16": "BF16", "float16": "F16", "half": "F16", "float32": "F32", "float": "F32"}
 
 
+def config_dtype(*configs) -> str | None:
+    """The safetensors dtype (BF16, F16, F32) the first of ``configs`` declaring one gives as
+    ``torch_dtype`` / ``dtype``; None when none does."""
+    for cfg in configs:
+        if isinstance(cfg, dict):
+            value = cfg.get("torch_dtype", cfg.get("dtype"))
+            if isinstance(value, str) and value.removeprefix("torch.") in _TORCH_DTYPES:
+                return _TORCH_DTYPES[value.removeprefix("torch.")]
+    return None
+
+
 def estimated_weight_dtypes(config: dict, quant: Quantization | None) -> tuple[str | None, str | None]:
     """``(unquantized, quantized)``: the safetensors dtypes a checkpoint stores linear weights
     in, as far as config.json says, for tensors only the index names (shards not on disk).
     Unquantized: ``torch_dtype`` / ``dtype``. Quantized (a weight with a scale beside it): FP8
     formats -> F8_E4M3 / F8_E5M2, 8-bit integer compressed-tensors -> I8; None where the
     config does not say."""
-    base = None
-    for cfg in (config, config.get("text_config")):
-        if isinstance(cfg, dict):
-            value = cfg.get("torch_dtype", cfg.get("dtype"))
-            if isinstance(value, str) and value.removeprefix("torch.") in _TORCH_DTYPES:
-                base = _TORCH_DTYPES[value.removeprefix("torch.")]
-                break
+    base = config_dtype(config, config.get("text_config"))
     quantized = None
     if quant is not None:
         cfg = quant.config

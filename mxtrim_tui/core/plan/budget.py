@@ -25,7 +25,9 @@ import re
 from dataclasses import dataclass, field, replace
 
 from ..model.families.base import CHUNKED, DSA_FULL, DSA_SHARED, FULL, KV_SHARED, LINEAR, MAMBA, MLA, NOPE_GLOBAL, SLIDING, first_int
-from .build import TrimPlan
+from ..model.quant import config_dtype
+from ..read.safetensors_io import DTYPE_BITS
+from .build import TrimPlan, text_config
 from .partition import RankWeights, rank_weights
 
 
@@ -188,19 +190,9 @@ class Budget:
         }
 
 
-def text_config(plan: TrimPlan) -> dict:
-    """The output's text config (the rewritten one), where per-layer sizes live."""
-    cfg = plan.new_documents.get("config.json") or plan.inventory.source.config
-    text = cfg.get("text_config")
-    return text if isinstance(text, dict) else cfg
-
-
-_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4}
-
-
 def model_dtype_bytes(cfg: dict) -> int:
-    value = cfg.get("torch_dtype", cfg.get("dtype"))
-    return _DTYPE_BYTES.get(str(value).removeprefix("torch."), 2)
+    """Bytes of one element in the dtype the config declares (16-bit when it declares none)."""
+    return DTYPE_BITS[config_dtype(cfg) or "BF16"] // 8
 
 
 def kv_bytes_per_token(kind: str, cfg: dict, tp: int, dtype_bytes: int, kv_cache_dtype: str = "auto") -> tuple[int, str]:

@@ -20,7 +20,7 @@ from functools import cached_property
 from .config_edit import MISSING, ConfigEdit, apply_edits, get_path
 from ..model.families.base import DENSE, DSA_FULL, DSA_SHARED, HASH_MOE, MOE, Stack, first_int, require_moe
 from ..model.inventory import PER_LAYER_LISTS, Inventory, LayerKind, is_layer_index_list, stack_config
-from ..units import human_bytes, index_ranges, shown_bytes
+from ..units import index_ranges, shown_bytes
 
 CONFIG = "config.json"
 
@@ -183,6 +183,13 @@ class TrimPlan:
     @property
     def omitted(self) -> list[CoverageRow]:
         return [c for c in self.coverage if not c.covered]
+
+
+def text_config(plan: TrimPlan) -> dict:
+    """The output's text config (the rewritten one), where per-layer sizes live."""
+    cfg = plan.new_documents.get("config.json") or plan.inventory.source.config
+    text = cfg.get("text_config")
+    return text if isinstance(text, dict) else cfg
 
 
 # ---------------------------------------------------------------------------------------

@@ -33,6 +33,9 @@ import math
 import re
 from dataclasses import dataclass, field
 
+from ..model.families.base import first_int
+from .build import text_config
+
 COLUMN, ROW, KV, VOCAB, EXPERT, REPLICATED = "column", "row", "kv", "vocab", "expert", "replicated"
 
 # (pattern on the tensor name, partitioning); the first match wins. Order matters: routed
@@ -50,6 +53,7 @@ RULES: tuple[tuple[str, str], ...] = (
 )
 _COMPILED = tuple((re.compile(p), kind) for p, kind in RULES)
 _EXPERT_NUMBER = re.compile(r"\.experts\.(\d+)\.")
+_LAYER_KEY = re.compile(r"^(.*?\.\d+)\.")  # "model.layers.3." -> the layer a tensor belongs to
 _PACKED = ("qweight", "qzeros", "scales", "g_idx")  # AWQ / GPTQ: [in, out] (transposed)
 VOCAB_PADDING = 64  # vLLM's DEFAULT_VOCAB_PADDING_SIZE
 
@@ -139,21 +143,18 @@ class RankWeights:
 
 def rank_weights(plan, tp: int = 1, pp: int = 1, dp: int = 1, expert_parallel: bool = False) -> RankWeights:
     """Bytes per GPU of the plan's retained tensors under TP × PP (× DP with EP)."""
-    from .budget import text_config
-
     inv = plan.inventory
     src = inv.source
     cfg = text_config(plan)
-    heads = _int(cfg, "num_attention_heads") or 1
-    kv_heads = _int(cfg, "num_key_value_heads") or heads
-    vocab = _int(cfg, "vocab_size")
+    heads = first_int(cfg, "num_attention_heads") or 1
+    kv_heads = first_int(cfg, "num_key_value_heads") or heads
+    vocab = first_int(cfg, "vocab_size")
     ep = tp * dp if expert_parallel else 1
-    experts = _int(cfg, "n_routed_experts", "num_experts", "num_local_experts")
+    experts = first_int(cfg, "n_routed_experts", "num_experts", "num_local_experts")
     depth = max(1, plan.new_depth)
     stages = pp_stages(depth, max(1, min(pp, depth)))
     stage_of_layer = {i: s for s, r in enumerate(stages) for i in r}
     text_layer = {m.new_name: m.new for m in plan.mappings if m.submodel == "text"}
-    layer_key = re.compile(r"^(.*?\.\d+)\.")
     last = len(stages) - 1
     # per stage: non-expert bytes on one TP rank, and expert bytes per EP rank
     plain = [0] * len(stages)
@@ -167,7 +168,7 @@ def rank_weights(plan, tp: int = 1, pp: int = 1, dp: int = 1, expert_parallel: b
             continue
         total += info.nbytes
         kind = partition_of(new)
-        m = layer_key.match(new)
+        m = _LAYER_KEY.match(new)
         if m and m.group(1) in text_layer:
             stage = stage_of_layer.get(text_layer[m.group(1)], last)
         elif m is None and ((kind == VOCAB and "head" not in new) or "vision" in new or "visual" in new):
@@ -203,10 +204,3 @@ def _expert_share(name: str, shape: tuple, nbytes: int, experts: int | None, ep:
         return [per * c for c in counts]
     return [nbytes] * ep
 
-
-def _int(cfg: dict, *keys: str) -> int | None:
-    for k in keys:
-        v = cfg.get(k)
-        if type(v) is int:
-            return v
-    return None
