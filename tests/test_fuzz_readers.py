@@ -1093,6 +1093,20 @@ def test_regression_plan_hybrid_pattern_shorter_than_the_stack(scratch, bases):
     _plan_of(scratch, bases, {"model_type": "nemotron_h", "hybrid_override_pattern": "M"})
 
 
+def test_regression_auto_set_on_10000_layers_with_a_list_of_the_wrong_length(scratch, bases):
+    """Seed 2, config case 3270: a config-only Llama of 10,000 layers whose indexer_types is
+    []: no selection clears that error, and the automatic set's prefix search built a plan
+    for every prefix, 10,000 plans of up to 10,000 layers (a hang). Now it is bounded and the
+    plan shows the error."""
+    root = fresh_copy(bases["single"], scratch / "plan-regression")
+    for p in root.glob("*.safetensors"):
+        p.unlink()
+    replace_file(root / "config.json", to_bytes(dumps({**bases["config"], "num_hidden_layers": 10000, "indexer_types": []}, 1)))
+    assert check_plan(root) == "accepted"  # within the suite's time limit
+    plan = build_plan(build_inventory(open_source(root)), Selection.parse(None))
+    assert any("indexer_types" in i.message for i in plan.errors), [i.message for i in plan.errors]
+
+
 def test_regression_side_quantization_file_nested_900_levels(scratch, bases):
     """The plan deep-copies side quantization files: 900 levels exhausted its stack."""
     side = {"quantize_config.json": '{"quant_method": "awq", "x": ' + nested(900).text + "}"}

@@ -269,6 +269,9 @@ def _same_kind(rule: tuple, kind: LayerKind) -> bool:
     return True
 
 
+PREFIX_PROBES = 64  # longest prefix beyond the groups' first layers auto_select tries
+
+
 def auto_select(inv: Inventory, submodel: str = "text") -> list[int]:
     """The fewest layers covering every distinct signature of ``submodel`` whose rewritten
     config reproduces their kinds; dependency fixes (DSA full-before-shared, dense prefix,
@@ -294,8 +297,10 @@ def auto_select(inv: Inventory, submodel: str = "text") -> list[int]:
         if best is None:
             # A prefix of the original stack keeps every index where it was, so position
             # rules (MoE step, parity, periods) hold: the shortest prefix covering all groups.
+            # Bounded: an error no short prefix clears (a per-layer list of the wrong
+            # length, say) is one every selection shows, and would cost n plans here.
             indices = [l.index for l in sm.layers]
-            for k in range(max(first) + 1, len(indices) + 1):
+            for k in range(max(first) + 1, min(len(indices), max(first) + PREFIX_PROBES) + 1):
                 if _plan_is_clean(inv, submodel, indices[:k]):
                     best = indices[:k]
                     break
