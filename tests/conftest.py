@@ -11,6 +11,8 @@ import os
 import tempfile
 
 os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="mxtrim-test-state-")
+# the transformers checks' verdicts (core/check_cache.py): kept for this session only
+os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="mxtrim-test-cache-")
 
 # Signals as a shell gives a foreground job: started under nohup or as a background job, the
 # suite would inherit Ctrl-C and hang-up ignored, and so would every mxtrim and server the tests

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+import xxhash
 
 from engine_support import REPO, cli_argv, plan_for, run_cli, tree_digest
 from mxtrim_tui.core.write import writer
@@ -146,15 +147,15 @@ def test_output_is_the_renamed_source_byte_for_byte(trimmed, key):
         assert (dtype, shape) == (s_dtype, s_shape), new
         assert data == s_data, f"{new} differs from {old}"
 
-    # the manifest records the same hashes, source and written, for every tensor
+    # the manifest records the same digests, source and written, for every tensor
     manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["hash"] == "sha256"
+    assert manifest["hash"] == "xxh3_128"
     rows = {r["name"]: r for r in manifest["tensors"]}
     assert set(rows) == set(want)
     for new, old in want.items():
         row = rows[new]
         assert row["source_name"] == old and row["source_file"] == source[old][0]
-        assert row["source_sha256"] == row["written_sha256"] == hashlib.sha256(source[old][3]).hexdigest()
+        assert row["source_xxh3_128"] == row["written_xxh3_128"] == xxhash.xxh3_128(source[old][3]).hexdigest()
         b, e = row["source_range"]
         with open(src / row["source_file"], "rb") as fh:
             fh.seek(b)
@@ -196,11 +197,15 @@ def test_output_is_the_renamed_source_byte_for_byte(trimmed, key):
 def test_script_reproduces_identical_shards_and_refuses_a_changed_source(trimmed, key, tmp_path):
     src, out, _, _, _ = trimmed(key)
     script = out / SCRIPT_NAME
-    # standalone: standard library imports only
+    # standalone: standard library imports only, but for xxhash, imported inside new_hash
+    # (only --hash xxh3_128, which mxtrim's own run passes, needs it)
     tree = ast.parse(script.read_text())
+    hasher = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "new_hash")
+    lazy = {a.name for n in ast.walk(hasher) if isinstance(n, ast.Import) for a in n.names}
+    assert lazy == {"xxhash"}
     imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
-    assert imported <= set(sys.stdlib_module_names), imported - set(sys.stdlib_module_names)
+    assert imported - lazy <= set(sys.stdlib_module_names), imported - lazy - set(sys.stdlib_module_names)
 
     again = tmp_path / "again"
     proc = run_script(script, src, again, "--progress", cwd=tmp_path)
@@ -211,6 +216,10 @@ def test_script_reproduces_identical_shards_and_refuses_a_changed_source(trimmed
         assert (again / name).read_bytes() == (out / name).read_bytes(), name
     events = [json.loads(line) for line in proc.stderr.splitlines()]
     assert events[0]["event"] == "start" and events[-1]["event"] == "done"
+    # without --hash: page-congruent ranges go through copy_file_range, the others the buffer
+    assert set(events[-1]["method"].split(" + ")) <= {"copy_file_range", "buffered"}
+    if hasattr(os, "copy_file_range"):
+        assert "copy_file_range" in events[-1]["method"]
     assert any(e["event"] == "tensor" and {"name", "done_bytes", "total_bytes", "shard"} <= set(e) for e in events)
 
     # the output exists now: refused
@@ -300,10 +309,10 @@ def test_result_report_and_progress(trimmed):
     integ = result.integrity
     assert integ["hashes_matched"] == integ["tensors"] == len(plan.renames)
     assert integ["retained"] + integ["dropped"] == open_source(src).tensor_count
-    # page-congruent ranges go through copy_file_range, the others through the buffer
-    assert set(result.copy_method.split(" + ")) <= {"copy_file_range", "buffered"}
-    if hasattr(os, "copy_file_range"):
-        assert "copy_file_range" in result.copy_method
+    # mxtrim's run hashes as it copies: every source range mapped, hashed and written from
+    # the map (the script run alone uses copy_file_range: the reproduction test)
+    assert result.copy_method == "mapped"
+    assert integ["edges_compared"] == integ["tensors"] and integ["hash"] == "xxh3_128"
 
     stages = [(e["name"], e["status"]) for e in events if e["event"] == "stage"]
     for step in [("budget", "done"), ("extract", "start"), ("extract", "done"), ("verify", "start"), ("verify", "done"),
@@ -314,8 +323,9 @@ def test_result_report_and_progress(trimmed):
     tensors = [e for e in events if e["event"] == "tensor"]
     assert tensors and all({"name", "shard", "done_bytes", "total_bytes", "bytes_per_s", "eta_s"} <= set(e) for e in tensors)
     assert tensors[-1]["done_bytes"] == tensors[-1]["total_bytes"] == integ["tensor_bytes"]
+    assert all("verified_bytes" in e for e in tensors)  # the written shards are read back during the copy
     verify = [e for e in events if e["event"] == "verify"]
-    assert verify[-1]["done_bytes"] == verify[-1]["total_bytes"] == 2 * integ["tensor_bytes"]
+    assert verify[-1]["done_bytes"] == verify[-1]["total_bytes"] == integ["tensor_bytes"]
 
     listed = {f["path"] for f in result.files}
     assert {SCRIPT_NAME, "manifest.json", "mxtrim-plan.json", "README.md", "config.json", INDEX_NAME} <= listed
@@ -562,6 +572,87 @@ def test_cli_weights_json(random_source, tmp_path):
     assert len(list(out.glob("model-*-of-*.safetensors"))) > 1
     # the unquantized module of layer 0 travels with its float weight
     assert "model.layers.0.mlp.down_proj.weight" in st_tensors(out)
+
+
+def test_cli_weights_with_sha256_records_sha256_of_every_tensor(random_source, tmp_path):
+    """--hash sha256: the script hashes with SHA-256 as it copies, the manifest says so and
+    every digest is the SHA-256 of the tensor's bytes."""
+    src = write_checkpoint(tmp_path / "src", LAYOUTS["llama3"](num_layers=2, hidden_size=64, vocab_size=128), data="random")
+    out = tmp_path / "sha"
+    proc = run_cli("trim", str(src), "--mode", "weights", "--keep", "1", "--out", str(out), "--hash", "sha256", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["checks"]["integrity"]["hash"] == "sha256"
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["hash"] == "sha256"
+    written = st_tensors(out)
+    for row in manifest["tensors"]:
+        assert row["source_sha256"] == row["written_sha256"] == hashlib.sha256(written[row["name"]][3]).hexdigest()
+
+
+def _swap_two_ranges(script_text: str) -> tuple[str, str]:
+    """The script with the source ranges of two same-sized tensors swapped (a copier reading
+    the wrong place); returns (text, the first swapped tensor's output name)."""
+    entry = re.compile(r'^(\s+\[("[^"]+"), .*, )(\d+), (\d+)\],$', re.M)
+    found = [(m, int(m.group(4)) - int(m.group(3))) for m in entry.finditer(script_text)]
+    for i, (a, size) in enumerate(found):
+        b = next((m for m, n in found[i + 1:] if n == size), None)
+        if b is not None:
+            break
+    else:
+        raise AssertionError("no two tensors of one size")
+    swapped = {a.start(): f"{a.group(1)}{b.group(3)}, {b.group(4)}],", b.start(): f"{b.group(1)}{a.group(3)}, {a.group(4)}],"}
+    out, pos = [], 0
+    for m in sorted((a, b), key=lambda m: m.start()):
+        out += [script_text[pos:m.start()], swapped[m.start()]]
+        pos = m.end()
+    return "".join(out) + script_text[pos:], json.loads(a.group(2))
+
+
+def test_a_copy_from_the_wrong_place_is_caught_by_mxtrims_own_reads(tmp_path, monkeypatch):
+    """The script hashes what it copies, so a script reading the wrong range agrees with
+    itself; mxtrim compares the ends of every written tensor with the source at the planned
+    offsets, read by itself, and refuses. Nothing is left."""
+    from mxtrim_tui.core.write import weights_writer
+
+    src = write_checkpoint(tmp_path / "src", LAYOUTS["llama3"](num_layers=2, hidden_size=64, vocab_size=128), data="random")
+    real = weights_writer.extraction_script
+    victim = []
+
+    def miswired(plan, extraction, digests=None):
+        text, name = _swap_two_ranges(real(plan, extraction, digests))
+        victim.append(name)
+        return text
+
+    monkeypatch.setattr(weights_writer, "extraction_script", miswired)
+    out = tmp_path / "out"
+    with pytest.raises(OutputError) as info:
+        write_weights(plan_for(src, ["0,1"]), out, structure=False)
+    assert victim and repr(victim[0]) in str(info.value) and "differ from the source" in str(info.value), info.value
+    assert not out.exists() and [p.name for p in tmp_path.iterdir()] == ["src"]
+
+
+def test_a_written_byte_unlike_the_source_is_caught_by_its_digest(tmp_path, monkeypatch):
+    """A script that hashes the source bytes right but writes one byte wrong in the middle of
+    each large tensor (past the compared ends): the written range's digest, taken by mxtrim
+    reading the shard back, differs from the script's digest of the source range."""
+    from mxtrim_tui.core.write import weights_writer
+
+    src = write_checkpoint(tmp_path / "src", LAYOUTS["llama3"](num_layers=2, hidden_size=1024, vocab_size=16384), data="random")
+    real = weights_writer.extraction_script
+    faithful = "                    write_all(dst_fd, piece)\n"
+    flip = ("                    write_all(dst_fd, piece if pos != offset - start + BUFFER else bytes([piece[0] ^ 0xFF]) + bytes(piece[1:]))\n")
+
+    def corrupting(plan, extraction, digests=None):
+        text = real(plan, extraction, digests)
+        assert text.count(faithful) == 1
+        return text.replace(faithful, flip)
+
+    monkeypatch.setattr(weights_writer, "extraction_script", corrupting)
+    out = tmp_path / "out"
+    with pytest.raises(OutputError) as info:
+        write_weights(plan_for(src, ["0,1"]), out, structure=False)
+    assert "written bytes differ from the source range" in str(info.value), info.value
+    assert not out.exists() and [p.name for p in tmp_path.iterdir()] == ["src"]
 
 
 # --- tiny real models: transformers loads the trimmed checkpoint ------------------------------

@@ -17,12 +17,23 @@ Not fed to the loader, and said so:
   accelerator kernels or extra packages — so their parameters cannot be compared. Plain
   quantized weights with the logical shape (FP8, INT8) are compared by shape.
 
-torch and transformers are imported only inside :func:`check_structure`.
+torch and transformers are imported only inside :func:`check_structure`, or in the child
+process of :class:`StructureJob`, which checks the *planned* output (its config and the
+names, dtypes and shapes of the planned shards) while the extraction copies it: the writer
+verifies that the written headers equal the planned ones byte for byte, so the result holds
+for the written checkpoint, and torch's memory goes back with the child.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
 import warnings
 from collections import Counter
 from contextlib import contextmanager
@@ -83,7 +94,17 @@ class StructureResult:
             "mismatched": [[n, list(a), list(b)] for n, a, b in self.mismatched],
             "ignored": self.ignored,
             "config_loaded": self.config_loaded,
+            "details": list(self.details),
         }
+
+    @classmethod
+    def from_json(cls, doc: dict) -> "StructureResult":
+        return cls(
+            doc["status"], doc["summary"], tuple(doc.get("details", ())), doc.get("model_class"), doc.get("expected", 0),
+            doc.get("compared", 0), tuple(doc.get("missing", ())), tuple(doc.get("unexpected", ())),
+            tuple((n, tuple(a), tuple(b)) for n, a, b in doc.get("mismatched", ())), dict(doc.get("ignored", {})),
+            bool(doc.get("config_loaded")),
+        )
 
 
 def not_checked(reason: str, *, config_loaded: bool = False) -> StructureResult:
@@ -149,8 +170,20 @@ def check_structure(out_dir: str | Path, plan: TrimPlan, written: ModelSource | 
             import transformers
     except ImportError as exc:
         return not_checked(f"transformers / torch not installed ({exc.name})")
+    if written is None:
+        written = open_source(out_dir)
+    tensors = [(t.name, t.dtype, t.shape) for t in written.iter_tensors()]
     with quiet_transformers():
-        return _check(torch, transformers, Path(out_dir), plan, written)
+        return _check(torch, transformers, Path(out_dir), tensors, _plan_facts(plan))
+
+
+def _plan_facts(plan: TrimPlan) -> dict:
+    """What the check needs of the plan beyond the output's config and tensors."""
+    return {
+        "mtp": sorted(_mtp_names(plan)),
+        "quantized": plan.inventory.quantization is not None,
+        "auto_map": bool(plan.inventory.source.config.get("auto_map")),
+    }
 
 
 @contextmanager
@@ -172,13 +205,14 @@ def quiet_transformers():
             hf_logging.enable_progress_bar()
 
 
-def _check(torch, transformers, out_dir: Path, plan: TrimPlan, written: ModelSource | None) -> StructureResult:
+def _check(torch, transformers, out_dir: Path, tensors, facts: dict) -> StructureResult:
+    """``tensors``: (name, dtype, shape) of the checkpoint; ``facts``: :func:`_plan_facts`."""
     try:
         # trust_remote_code=False: never run the model's own code, and never stop to ask
         # (transformers otherwise prompts on stdin for auto_map configs).
         cfg = transformers.AutoConfig.from_pretrained(out_dir, local_files_only=True, trust_remote_code=False)
     except Exception as exc:  # transformers raises ValueError/KeyError/OSError for unknown types
-        if plan.inventory.source.config.get("auto_map"):
+        if facts["auto_map"]:
             return not_checked("the architecture needs the model's own code (auto_map), which mxtrim never executes")
         return not_checked(f"transformers cannot read the config ({type(exc).__name__}: {_first_line(exc)})")
     cls, auto = _model_class(transformers, cfg)
@@ -201,23 +235,21 @@ def _check(torch, transformers, out_dir: Path, plan: TrimPlan, written: ModelSou
     name = type(model).__name__
     expected = model.state_dict()
 
-    if written is None:
-        written = open_source(out_dir)
-    quantized = plan.inventory.quantization is not None
-    mtp = _mtp_names(plan)
+    quantized = facts["quantized"]
+    mtp = set(facts["mtp"])
     feed: dict = {}
     ignored: Counter = Counter()  # reason -> tensors not compared, in the order first met
     packed: set[str] = set()
-    for t in written.iter_tensors():
-        if t.name in mtp:
+    for t_name, t_dtype, t_shape in tensors:
+        if t_name in mtp:
             ignored["MTP / draft heads (transformers builds none; vLLM loads them)"] += 1
-        elif quantized and _is_quant_side(t.name):
-            packed.add(t.name)
+        elif quantized and _is_quant_side(t_name):
+            packed.add(t_name)
             ignored["quantization scales / packed weights (model built unquantized)"] += 1
-        elif _ROTARY.search(t.name):
+        elif _ROTARY.search(t_name):
             ignored["rotary inv_freq buffers (recomputed)"] += 1
         else:
-            feed[t.name] = torch.empty(t.shape, dtype=_torch_dtype(torch, t.dtype), device="meta")
+            feed[t_name] = torch.empty(tuple(t_shape), dtype=_torch_dtype(torch, t_dtype), device="meta")
 
     try:
         missing, unexpected, mismatched, how = _load_with_transformers(model, feed)
@@ -293,3 +325,86 @@ def _compare_names(model, expected: dict, feed: dict):
 def _first_line(exc: Exception) -> str:
     text = str(exc).strip().splitlines()
     return (text[0] if text else "")[:200]
+
+
+# --- the check of the planned output, in a child process ---------------------------------
+def planned_request(config: dict, tensors, plan: TrimPlan) -> dict:
+    """What the child needs: the output config, the planned (name, dtype, shape) of every
+    tensor, and the plan's facts."""
+    return {"config": config, "tensors": [[n, d, list(s)] for n, d, s in tensors], "facts": _plan_facts(plan)}
+
+
+def check_planned(request: dict) -> StructureResult:
+    """The structure check of a planned output (run in the child)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            import torch
+            import transformers
+    except ImportError as exc:
+        return not_checked(f"transformers / torch not installed ({exc.name})")
+    with tempfile.TemporaryDirectory(prefix="mxtrim-structure-") as scratch:
+        with open(os.path.join(scratch, "config.json"), "w", encoding="utf-8") as fh:
+            json.dump(request["config"], fh)
+        with quiet_transformers():
+            return _check(torch, transformers, Path(scratch), request["tensors"], request["facts"])
+
+
+class StructureJob:
+    """:func:`check_planned` in a child process (``python -I``), started before the copy;
+    :meth:`result` waits for it. The child reads its request from stdin before importing
+    anything heavy and answers one JSON line on stdout."""
+
+    def __init__(self, request: dict, preexec_fn=None):
+        with tempfile.TemporaryFile() as payload:  # a file, not a pipe: nothing to pump
+            payload.write(json.dumps(request).encode())
+            payload.seek(0)
+            self._err = tempfile.TemporaryFile()  # what it says on stderr, however much, never blocks it
+            self.proc = subprocess.Popen(
+                [sys.executable, "-I", "-m", __name__], stdin=payload, stdout=subprocess.PIPE, stderr=self._err,
+                start_new_session=True, preexec_fn=preexec_fn,
+            )
+        self.failed = False  # the child failed or ran out of time: no verdict to remember
+        self.cache_key = ""
+
+    def result(self, limit: float = 600.0, interrupt=None) -> StructureResult:
+        """Wait for the child's answer (``interrupt()`` is called every 0.1 s and may raise)."""
+        deadline = time.monotonic() + limit
+        while True:
+            try:
+                out, _ = self.proc.communicate(timeout=0.1)
+                break
+            except subprocess.TimeoutExpired:
+                if interrupt is not None:
+                    interrupt()
+                if time.monotonic() > deadline:
+                    self.stop()
+                    self.failed = True
+                    return not_checked(f"the structure check did not finish within {limit:g} s")
+        lines = [line for line in out.decode(errors="replace").splitlines() if line.startswith("{")]
+        if self.proc.returncode != 0 or not lines:
+            self.failed = True
+            self._err.seek(0)
+            last = (self._err.read().decode(errors="replace").strip().splitlines() or ["no message"])[-1]
+            return not_checked(f"the structure check's process failed (exit status {self.proc.returncode}: {last[:200]})")
+        return StructureResult.from_json(json.loads(lines[-1]))
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        self._err.close()
+
+
+def _child_main() -> int:
+    request = json.loads(sys.stdin.buffer.read())
+    try:
+        result = check_planned(request)
+    except Exception as exc:  # noqa: BLE001 - one line back to the writer, never a traceback
+        result = not_checked(f"the structure check failed ({type(exc).__name__}: {_first_line(exc)})")
+    sys.stdout.write(json.dumps(result.to_json()) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_child_main())

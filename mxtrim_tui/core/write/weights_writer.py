@@ -6,13 +6,17 @@ Steps, each refusing before anything is written when its check fails:
 2. accounting: every source tensor is retained or dropped with a reason, none unassigned;
 3. disk: the exact output size (from headers) fits the free space minus a margin;
 4. ``extract_weights.py`` is generated (standalone, source header hashes pinned) and *run*
-   as a subprocess into the hidden temporary sibling; its JSON-lines progress is forwarded;
+   as a subprocess into the hidden temporary sibling, hashing every tensor as it copies it
+   (each source byte is read once); its JSON-lines progress is forwarded. Meanwhile the
+   written shards are read back and hashed a few megabytes behind it
+   (:mod:`verify_stream`), and the structure check runs in its own process;
 5. configs and assets are written as in dummy mode (shared code);
 6. verification: every shard re-read with the strict header reader and compared byte for
    byte with the planned header, the index cross-checked (``open_source``), every written
-   range hashed and compared with its source range, every kept layer's tensor set compared
-   with the source layer's, and the structure compared with the reduced model transformers
-   builds on the ``meta`` device;
+   range's digest equal to its source range's, the first and last bytes of every tensor
+   equal to the source's at the planned offsets, the source shards unchanged since before
+   the copy, every kept layer's tensor set compared with the source layer's, and the
+   structure compared with the reduced model transformers builds on the ``meta`` device;
 7. ``manifest.json``, ``mxtrim-plan.json`` and ``README.md`` are written and the directory
    is renamed into place.
 
@@ -22,7 +26,6 @@ script, removes every partial file and leaves the source untouched.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -33,7 +36,7 @@ import threading
 import time
 from bisect import bisect_left
 from collections import Counter, deque
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,8 +55,10 @@ from ..read.safetensors_io import read_header
 from ..read.source import INDEX_NAME, ModelSource, open_source
 from ..child_process import parent_death_signal
 from .leftovers import remove_leftovers, signals_held
-from .structure_check import StructureResult, check_structure, not_checked
+from .structure_check import StructureJob, StructureResult, not_checked, planned_request
+from .verify_stream import DEFAULT_HASH, OutputFollower, SourceSnapshot, VerifyFailed, hash_range
 from ..units import DEFAULT_MAX_SHARD_BYTES
+from .. import check_cache
 from .writer import (
     PLAN_NAME,
     README_NAME,
@@ -75,11 +80,10 @@ from .writer import (
 )
 
 MANIFEST_NAME = "manifest.json"
-MANIFEST_SCHEMA = "mxtrim.manifest/1"
-HASH_NAME = "sha256"
-HASH_BUFFER = 1 << 20  # per hashing thread
+MANIFEST_SCHEMA = "mxtrim.manifest/2"  # /2: the hash is named ("hash"), xxh3_128 by default
 # Files mxtrim writes itself; a source asset of the same name is not copied over them.
 GENERATED = frozenset({SCRIPT_NAME, MANIFEST_NAME, PLAN_NAME, README_NAME, INDEX_NAME})
+STRUCTURE_KIND = "structure"  # check_cache entries of the planned output's structure check
 SCRIPT_STOP_TIMEOUT = 10.0  # seconds the script gets to clean up after SIGTERM
 
 
@@ -166,17 +170,22 @@ class _Rate:
         return event
 
 
-def run_extraction_script(script: Path, source: Path, out: Path, emit, cancel=None) -> dict:
+def run_extraction_script(script: Path, source: Path, out: Path, emit, cancel=None, hash_name: str | None = None, seen=None) -> dict:
     """Run ``script`` (a generated extract_weights.py) with this Python into ``out``.
 
     Returns the script's ``done`` event. Its ``tensor``/``shard`` events are forwarded with
-    bytes/s and ETA added; its start and end become ``stage`` events. On any exception here
-    (including KeyboardInterrupt) the script is sent SIGTERM, which makes it remove its
+    bytes/s and ETA added; its start and end become ``stage`` events. ``hash_name``: the
+    script hashes every tensor as it copies it (``--hash``); ``seen(event)`` receives every
+    event of the script first (its ``digest`` events are not forwarded). On any exception
+    here (including KeyboardInterrupt) the script is sent SIGTERM, which makes it remove its
     partial output, and waited for. ``cancel`` (a threading.Event) stops it the same way
     from another thread."""
     # -I: isolated mode (no PYTHON* variables, no user site, no script directory on the
-    # path), which also proves the script needs nothing but the standard library.
+    # path), which also proves the script needs nothing but the standard library (and,
+    # with --hash xxh3_128, the xxhash package).
     cmd = [sys.executable, "-I", str(script), "--source", str(source), "--out", str(out), "--progress"]
+    if hash_name:
+        cmd += ["--hash", hash_name]
     # Its own session: a terminal's Ctrl-C reaches only mxtrim, which stops the script once
     # (SIGTERM) and waits for its clean-up. A parent-death signal stops it should mxtrim be
     # killed outright, instead of it finishing a copy nobody will verify.
@@ -212,6 +221,8 @@ def run_extraction_script(script: Path, source: Path, out: Path, emit, cancel=No
                     other.append(line)
                 continue
             kind = event.get("event")
+            if seen is not None:
+                seen(event)
             if kind == "start":
                 rate = _Rate()
                 emit({"event": "stage", "name": "extract", "status": "running", **{k: v for k, v in event.items() if k != "event"}})
@@ -252,38 +263,65 @@ def stop_process(proc: subprocess.Popen) -> None:
 
 
 # --- verification ---------------------------------------------------------------------------
-_local = threading.local()
+class CopyCheck:
+    """What the copy itself established: the script's digest of every source range it read,
+    the follower's digest of every written range, and the source shards' state before."""
+
+    def __init__(self, plan: TrimPlan, extraction: Extraction, tmp: Path, hash_name: str):
+        src = plan.inventory.source
+        self.hash_name = hash_name
+        self.extraction = extraction
+        self.snapshot = SourceSnapshot(src.root, extraction.needed_source_files)
+        self.source_digests: dict[str, str] = {}
+        self.partial: Path | None = None  # the script's own hidden directory while it writes
+        self.tmp = tmp
+        self.follower = OutputFollower(extraction, src.root, self._folders, hash_name)
+
+    def _folders(self):
+        return [p for p in (self.partial, self.tmp) if p is not None]
+
+    def seen(self, event: dict) -> None:
+        """The script's events: its partial directory starts the follower; digests are kept."""
+        kind = event.get("event")
+        if kind == "start" and event.get("partial") and not self.follower.is_alive():
+            self.partial = Path(event["partial"])
+            self.follower.start()
+        elif kind == "digest":
+            self.source_digests[str(event.get("name"))] = str(event.get("digest"))
+        elif kind == "tensor":
+            event["verified_bytes"] = self.follower.done_bytes  # the wizard keeps one bar: the copy's
+
+    def finish(self, emit, cancel) -> None:
+        """Wait for the follower to read the rest, emitting ``verify`` progress."""
+        total = self.extraction.tensor_bytes
+        emit({"event": "stage", "name": "verify", "status": "start", "total_bytes": total, "done_bytes": self.follower.done_bytes})
+        if self.follower.ident is None:
+            self.follower.start()  # the script never named its partial directory: read the renamed one
+        while self.follower.is_alive():
+            self.follower.join(0.1)
+            _check_cancel(cancel)
+            emit({"event": "verify", "done_bytes": self.follower.done_bytes, "total_bytes": total})
+        emit({"event": "verify", "done_bytes": self.follower.done_bytes, "total_bytes": total})
+        error = self.follower.error
+        if isinstance(error, VerifyFailed):
+            raise VerificationError(self.tmp / error.path.name, error.message)
+        if error is not None:
+            raise error
+
+    def stop(self) -> None:
+        self.follower.stop()
+        if self.follower.is_alive():
+            self.follower.join()
 
 
-def hash_range(path: Path, begin: int, end: int) -> str:
-    """SHA-256 of bytes [begin, end) of a file, read in bounded chunks (thread-safe)."""
-    buf = getattr(_local, "buf", None)
-    if buf is None:
-        buf = _local.buf = bytearray(HASH_BUFFER)
-    view = memoryview(buf)
-    h = hashlib.sha256()
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        pos = begin
-        while pos < end:
-            n = os.preadv(fd, [view[: min(HASH_BUFFER, end - pos)]], pos)
-            if n == 0:
-                raise OSError(f"{path}: ends at byte {pos}, expected {end}")
-            h.update(view[:n])  # hashlib releases the GIL on large updates: threads scale
-            pos += n
-    finally:
-        os.close(fd)
-    return h.hexdigest()
-
-
-def verify_output(plan: TrimPlan, extraction: Extraction, tmp: Path, emit, cancel=None) -> tuple[dict, list[dict], ModelSource]:
+def verify_output(plan: TrimPlan, extraction: Extraction, tmp: Path, check: CopyCheck) -> tuple[dict, list[dict], ModelSource]:
     """Check the written shards against the plan; return (integrity summary, manifest rows).
     Raises VerificationError on the first disagreement."""
     shard_rows = _verify_shards(extraction, tmp)
     index_state, written = _verify_index(extraction, tmp)
     layers = _verify_coverage(plan, written, tmp)
-    rows = _verify_hashes(plan.inventory.source, extraction, tmp, emit, cancel)
-    integrity = _integrity_summary(plan, extraction, shard_rows, rows, index_state, layers)
+    rows = _verify_digests(plan.inventory.source, extraction, tmp, check)
+    integrity = _integrity_summary(plan, extraction, shard_rows, rows, index_state, layers, check)
     return integrity, rows, written
 
 
@@ -349,25 +387,14 @@ def _verify_coverage(plan: TrimPlan, written: ModelSource, tmp: Path) -> int:
     return layers
 
 
-def _verify_hashes(src: ModelSource, extraction: Extraction, tmp: Path, emit, cancel) -> list[dict]:
-    """Hash every source range and written range in parallel; return the manifest rows, all matching."""
-    rows, jobs = _hash_jobs(src, extraction, tmp)
-    _run_hash_jobs(jobs, 2 * extraction.tensor_bytes, emit, cancel)
-    bad = [r for r in rows if r["source_" + HASH_NAME] != r["written_" + HASH_NAME]]
-    if bad:
-        raise VerificationError(
-            tmp / bad[0]["file"], f"tensor {bad[0]['name']!r}: written bytes differ from the source range ({len(bad)} tensor(s) differ)"
-        )
-    return rows
-
-
-def _hash_jobs(src: ModelSource, extraction: Extraction, tmp: Path) -> tuple[list[dict], list[tuple]]:
-    """One manifest row per written tensor, and its two hash jobs, biggest first."""
-    jobs = []
+def _verify_digests(src: ModelSource, extraction: Extraction, tmp: Path, check: CopyCheck) -> list[dict]:
+    """Every written range's digest against its source range's, and the source unchanged
+    since before the copy; return the manifest rows."""
+    name = check.hash_name
     rows = []
     for shard in extraction.shards:
         for t, begin, end in shard.output_ranges():
-            row = {
+            rows.append({
                 "file": shard.file,
                 "name": t.name,
                 "output_range": [begin, end],
@@ -376,37 +403,46 @@ def _hash_jobs(src: ModelSource, extraction: Extraction, tmp: Path) -> tuple[lis
                 "source_range": [t.source_begin, t.source_end],
                 "dtype": t.dtype,
                 "shape": list(t.shape),
-            }
-            rows.append(row)
-            jobs.append((row, "source_" + HASH_NAME, src.root / t.source_file, t.source_begin, t.source_end))
-            jobs.append((row, "written_" + HASH_NAME, tmp / shard.file, begin, end))
-    jobs.sort(key=lambda j: j[4] - j[3], reverse=True)  # big ones first: balanced threads
-    return rows, jobs
+                "source_" + name: check.source_digests.get(t.name),
+                "written_" + name: check.follower.digests.get(t.name),
+            })
+    unread = [r for r in rows if r["source_" + name] is None or r["written_" + name] is None]
+    if unread:
+        which = "source" if unread[0]["source_" + name] is None else "written"
+        raise VerificationError(tmp / unread[0]["file"], f"tensor {unread[0]['name']!r}: no digest of its {which} range ({len(unread)} tensor(s))")
+    changed = check.snapshot.changed()
+    if changed:
+        _source_changed(src, extraction, rows, changed, name)
+    bad = [r for r in rows if r["source_" + name] != r["written_" + name]]
+    if bad:
+        raise VerificationError(
+            tmp / bad[0]["file"], f"tensor {bad[0]['name']!r}: written bytes differ from the source range ({len(bad)} tensor(s) differ)"
+        )
+    return rows
 
 
-def _run_hash_jobs(jobs: list[tuple], total: int, emit, cancel) -> None:
-    """Run the hash jobs on a thread pool, storing each digest in its row and emitting progress."""
-    done_bytes = 0
-    last = 0.0
-    emit({"event": "stage", "name": "verify", "status": "start", "total_bytes": total})
-    pool = ThreadPoolExecutor(max_workers=max(2, min(8, os.cpu_count() or 2)))
-    try:
-        futures = {pool.submit(hash_range, path, b, e): (row, key, e - b) for row, key, path, b, e in jobs}
-        for fut in as_completed(futures):
-            row, key, n = futures[fut]
-            row[key] = fut.result()
-            _check_cancel(cancel)
-            done_bytes += n
-            now = time.monotonic()
-            if now - last >= 0.1 or done_bytes == total:
-                last = now
-                emit({"event": "verify", "done_bytes": done_bytes, "total_bytes": total})
-    finally:
-        # on an interruption, queued hashes are dropped; running ones end with their tensor
-        pool.shutdown(wait=True, cancel_futures=True)
+def _source_changed(src: ModelSource, extraction: Extraction, rows: list[dict], changed: list[str], name: str) -> None:
+    """A source shard changed while it was copied: hash its retained ranges again to name the
+    tensors that differ from what was copied, and refuse either way."""
+    key = "source_" + name
+    jobs = [(r, t) for r, t in zip(rows, extraction.tensors) if t.source_file in changed]
+    with ThreadPoolExecutor(max_workers=max(2, min(8, os.cpu_count() or 2))) as pool:
+        try:
+            now = list(pool.map(lambda job: hash_range(src.root / job[1].source_file, job[1].source_begin, job[1].source_end, name), jobs))
+        except OSError:
+            now = [None] * len(jobs)
+    differ = [t for (r, t), digest in zip(jobs, now) if digest != r[key]]
+    shard = src.root / changed[0]
+    if differ:
+        t = differ[0]
+        raise VerificationError(shard, f"changed while it was copied: tensor {t.source_name!r} (output {t.name!r}) no longer has "
+                                f"the bytes copied ({len(differ)} retained tensor(s) differ); nothing written, run the trim again")
+    raise VerificationError(shard, "changed while it was copied (its size, identity or modification time differs from "
+                            "before the copy); nothing written, run the trim again")
 
 
-def _integrity_summary(plan: TrimPlan, extraction: Extraction, shard_rows: list[dict], rows: list[dict], index_state: str, layers: int) -> dict:
+def _integrity_summary(plan: TrimPlan, extraction: Extraction, shard_rows: list[dict], rows: list[dict], index_state: str, layers: int,
+                       check: CopyCheck) -> dict:
     """What verification established: shards, hashes, index, layers and the retained/dropped counts."""
     src = plan.inventory.source
     dropped_reasons = Counter(reason for _, reason in plan.dropped)
@@ -414,8 +450,11 @@ def _integrity_summary(plan: TrimPlan, extraction: Extraction, shard_rows: list[
         "shards": shard_rows,
         "tensors": len(rows),
         "tensor_bytes": extraction.tensor_bytes,
-        "hash": HASH_NAME,
+        "hash": check.hash_name,
         "hashes_matched": len(rows),
+        "source_read": "once: hashed by the extraction script as it copied each tensor",
+        "edges_compared": check.follower.edges_compared,
+        "source_unchanged": f"{len(check.snapshot.before)} source shard(s): same identity, size and modification times after the copy",
         "headers": "strict format rules passed; headers equal the planned headers byte for byte",
         "index": index_state,
         "layers_complete": layers,
@@ -485,6 +524,7 @@ def write_weights(
     structure: bool = True,
     cancel=None,
     serve=None,
+    hash_name: str = DEFAULT_HASH,
 ) -> WeightsWriteResult:
     """Write the real-weight checkpoint of ``plan`` at ``out`` (which must not exist).
 
@@ -492,7 +532,10 @@ def write_weights(
     structure, write), the script's ``tensor`` events (``name``, ``shard``, ``done_bytes``,
     ``total_bytes``, plus ``bytes_per_s`` and ``eta_s``) and ``shard`` events, ``file``
     events for configs and assets, and ``verify`` events (``done_bytes``, ``total_bytes``).
-    ``structure=False`` skips the transformers structure check (it imports torch).
+    ``structure=False`` skips the transformers structure check (it imports torch, in a
+    child process that runs while the copy does, unless the same planned output was checked
+    before: :mod:`..check_cache`). ``hash_name``: ``xxh3_128`` (the default) or ``sha256``,
+    the digest every tensor's source and written ranges get.
     ``cancel``: a threading.Event another thread may set (a UI's Cancel button): the run
     stops at the next event (the script within 0.1 s) and raises :class:`Cancelled`, with
     everything partial removed — what Ctrl-C does in the CLI. ``serve`` (BudgetInputs): the
@@ -513,30 +556,34 @@ def write_weights(
     if tmp.exists():
         shutil.rmtree(tmp)
     script_tmp = out.with_name(f".{out.name}.extract-{os.getpid()}.py")
+    check = CopyCheck(plan, extraction, tmp, hash_name)
+    job = None  # the structure check: its child, or its result
     try:
         script_tmp.write_bytes(utf8(script_text))
+        job = _start_structure(plan, extraction, structure, emit)
         t0 = time.monotonic()
-        done = run_extraction_script(script_tmp, src.root, tmp, emit, cancel)
+        done = run_extraction_script(script_tmp, src.root, tmp, emit, cancel, hash_name, check.seen)
         timings["extract"] = time.monotonic() - t0
         os.replace(script_tmp, tmp / SCRIPT_NAME)
 
         events, files, not_copied = _write_file_entries(plan, extraction, tmp, script_text, emit)
 
         t0 = time.monotonic()
-        integrity, rows, written = verify_output(plan, extraction, tmp, emit, cancel)
+        check.finish(emit, cancel)
+        integrity, rows, _ = verify_output(plan, extraction, tmp, check)
         emit({"event": "stage", "name": "verify", "status": "done", "tensors": integrity["tensors"], "hashes_matched": integrity["hashes_matched"]})
         timings["verify"] = time.monotonic() - t0
 
         _check_cancel(cancel)
         t0 = time.monotonic()
-        result = _structure_stage(plan, tmp, written, structure, emit)
+        result = _structure_stage(job, emit, cancel)
         timings["structure"] = time.monotonic() - t0
         _check_cancel(cancel)
 
         files.append(events.add(write_plan_json(plan, tmp, out, "weights", serve)))
         manifest = _manifest(plan, out, done, digests, integrity, result, rows)
         size = _write_lines_json(tmp / MANIFEST_NAME, manifest, ("tensors", "dropped"))
-        files.append(events.add({"path": MANIFEST_NAME, "kind": "manifest", "bytes": size, "from": f"written (every tensor's ranges and {HASH_NAME} hashes)"}))
+        files.append(events.add({"path": MANIFEST_NAME, "kind": "manifest", "bytes": size, "from": f"written (every tensor's ranges and {hash_name} digests)"}))
 
         weights_info = {
             "integrity": integrity,
@@ -550,9 +597,11 @@ def write_weights(
         rename_into_place(tmp, out)
         emit({"event": "stage", "name": "write", "status": "done", "output": str(out)})
     except OSError as exc:
+        _stop_checks(check, job)
         _remove_partial_output(tmp, script_tmp)
         raise write_failed(out, exc) from None
     except BaseException:
+        _stop_checks(check, job)
         _remove_partial_output(tmp, script_tmp)
         raise
     return WeightsWriteResult(out, files, not_copied, estimate, integrity, result, done.get("method", ""), timings)
@@ -598,12 +647,42 @@ def _write_file_entries(plan: TrimPlan, extraction: Extraction, tmp: Path, scrip
     return events, files, not_copied
 
 
-def _structure_stage(plan: TrimPlan, tmp: Path, written: ModelSource, structure: bool, emit) -> StructureResult:
-    """Compare the output's structure with the model transformers builds, or mark it skipped."""
+def _start_structure(plan: TrimPlan, extraction: Extraction, structure: bool, emit) -> StructureJob | StructureResult:
+    """The structure check of the planned output: its result when skipped or already known
+    (:mod:`..check_cache`), else its child process, started before the copy."""
     emit({"event": "stage", "name": "structure", "status": "start"})
-    result = check_structure(tmp, plan, written) if structure else not_checked("skipped (structure=False)")
+    if not structure:
+        return not_checked("skipped (structure=False)")
+    config = plan.new_documents.get("config.json", plan.inventory.source.config)
+    request = planned_request(config, [(t.name, t.dtype, t.shape) for t in extraction.tensors], plan)
+    digest = check_cache.key(STRUCTURE_KIND, request)
+    known = check_cache.load(STRUCTURE_KIND, digest)
+    if known is not None:
+        try:
+            return StructureResult.from_json(known)
+        except (KeyError, TypeError, ValueError):
+            pass
+    job = StructureJob(request, preexec_fn=parent_death_signal())
+    job.cache_key = digest
+    return job
+
+
+def _structure_stage(job: StructureJob | StructureResult, emit, cancel) -> StructureResult:
+    """The structure check's result: waited for (and remembered), or known already."""
+    if isinstance(job, StructureJob):
+        result = job.result(interrupt=lambda: _check_cancel(cancel))
+        if not job.failed:
+            check_cache.store(STRUCTURE_KIND, job.cache_key, result.to_json())
+    else:
+        result = job
     emit({"event": "stage", "name": "structure", "status": "done", "result": result.status, "summary": result.summary})
     return result
+
+
+def _stop_checks(check: CopyCheck, job: StructureJob | StructureResult | None) -> None:
+    check.stop()
+    if isinstance(job, StructureJob):
+        job.stop()
 
 
 def _manifest(plan: TrimPlan, out: Path, done: dict, digests: dict, integrity: dict, result: StructureResult, rows: list[dict]) -> dict:
@@ -613,7 +692,7 @@ def _manifest(plan: TrimPlan, out: Path, done: dict, digests: dict, integrity: d
         "schema": MANIFEST_SCHEMA,
         "source": str(src.root.resolve()),
         "output": str(out),
-        "hash": HASH_NAME,
+        "hash": integrity["hash"],
         "copy_method": done.get("method"),
         "source_headers": {rel: {"sha256": d.sha256, "header_bytes": d.header_bytes, "file_bytes": d.file_bytes} for rel, d in digests.items()},
         "shards": integrity["shards"],

@@ -1,0 +1,140 @@
+"""The transformers check of a plan, run in a child process and remembered.
+
+:func:`checked_plan_cached` gives what :func:`transformers_check.checked_plan` gives, without
+importing torch or transformers into the calling process: the check runs in a child
+(``python -I -m mxtrim_tui.core.plan.check_outcome``) that rebuilds the same plan from the
+same request (source, ``--keep`` specs, MTP choice) and answers with the check's *outcome*:
+what it changed (the text selection when it widened an automatic one, fields it solved),
+the issues and the verdict. The outcome is stored in :mod:`..check_cache` under a digest of
+everything the check reads, so a plan checked once (``mxtrim plan``, an earlier trim) is not
+checked again. :func:`apply_outcome` turns an outcome back into the checked plan; a test
+holds it equal to ``checked_plan`` for every kind of outcome.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import subprocess
+import sys
+
+from .. import check_cache
+from ..child_process import parent_death_signal
+from .build import Issue, Selection, TrimPlan, build_plan
+
+KIND = "plan"
+CHILD_LIMIT = 900.0  # seconds: a check of the largest sources takes well under a minute
+
+
+def tensor_table_digest(source) -> str:
+    """SHA-256 of every source tensor's name, dtype and shape, in order."""
+    h = hashlib.sha256()
+    for t in source.iter_tensors():
+        h.update(f"{t.name}\0{t.dtype}\0{','.join(map(str, t.shape or ()))}\n".encode())
+    return h.hexdigest()
+
+
+def plan_key(plan: TrimPlan, force: bool) -> str:
+    """The digest of everything the plan check reads."""
+    src = plan.inventory.source
+    renames = hashlib.sha256("\n".join(f"{o}\0{n}" for o, n in plan.renames).encode()).hexdigest()
+    payload = {
+        "config": src.config,
+        "documents": plan.new_documents,
+        "kept": plan.kept,
+        "mtp": plan.mtp_kept,
+        "auto": plan.auto,
+        "issues": [[i.level, i.message, i.fix] for i in plan.issues],
+        "renames": renames,
+        "tensors": tensor_table_digest(src),
+        "force": force,
+    }
+    return check_cache.key(KIND, payload)
+
+
+def outcome_of(plan: TrimPlan, checked: TrimPlan) -> dict:
+    """What ``checked_plan`` made of ``plan``, as JSON."""
+    check = checked.transformers_check
+    return {
+        "text": checked.kept.get("text") if checked.kept != plan.kept else None,
+        "auto": checked.auto,
+        "issues": [[i.level, i.message, i.fix] for i in checked.issues],
+        "check": None if check is None else {
+            "status": check.status,
+            "summary": check.summary,
+            "problems": list(check.problems),
+            "model_class": check.model_class,
+            "solved": [[list(path), before, after] for path, before, after in check.solved],
+        },
+    }
+
+
+def apply_outcome(plan: TrimPlan, outcome: dict) -> TrimPlan:
+    """The checked plan, from ``plan`` and the check's outcome."""
+    from .transformers_check import TransformersCheck, _mtp_choice, with_solution
+
+    base = plan
+    if outcome.get("text") is not None:
+        base = build_plan(plan.inventory, Selection({"text": tuple(outcome["text"])}, _mtp_choice(plan)))
+    c = outcome.get("check")
+    check = None
+    if c is not None:
+        solved = tuple((tuple(path), before, after) for path, before, after in c["solved"])
+        check = TransformersCheck(c["status"], c["summary"], tuple(c["problems"]), c["model_class"], solved)
+        if solved:
+            base = with_solution(base, solved, check.model_class)
+    issues = [Issue(level, message, fix) for level, message, fix in outcome["issues"]]
+    return dataclasses.replace(base, auto=dict(outcome["auto"]), issues=issues, transformers_check=check)
+
+
+def checked_plan_cached(plan: TrimPlan, *, force: bool = False, request: dict | None = None) -> TrimPlan:
+    """``checked_plan(plan, force=force)``, remembered. On a miss, with ``request`` (the
+    ``source``, ``keep`` specs and ``mtp`` choice ``plan`` was built from) the check runs in a
+    child process; without it, here."""
+    digest = plan_key(plan, force)
+    outcome = check_cache.load(KIND, digest)
+    if outcome is not None:
+        try:
+            return apply_outcome(plan, outcome)
+        except (KeyError, TypeError, ValueError):
+            outcome = None  # an entry of another shape: check again
+    if request is not None:
+        outcome = _outcome_from_child(dict(request, force=force))
+        if outcome is None:
+            from .transformers_check import NOT_CHECKED, TransformersCheck
+
+            return dataclasses.replace(plan, transformers_check=TransformersCheck(NOT_CHECKED, "the check's process failed"))
+    else:
+        from .transformers_check import checked_plan
+
+        outcome = outcome_of(plan, checked_plan(plan, force=force))
+    check_cache.store(KIND, digest, outcome)
+    return apply_outcome(plan, outcome)
+
+
+def _outcome_from_child(request: dict) -> dict | None:
+    try:
+        proc = subprocess.run([sys.executable, "-I", "-m", __name__], input=json.dumps(request), capture_output=True, text=True,
+                              timeout=CHILD_LIMIT, preexec_fn=parent_death_signal())
+    except subprocess.TimeoutExpired:
+        return None
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        return None
+    return json.loads(lines[-1])
+
+
+def _child_main() -> int:
+    from ..model.inventory import build_inventory
+    from ..read.source import open_source
+    from .transformers_check import checked_plan
+
+    request = json.loads(sys.stdin.read())
+    plan = build_plan(build_inventory(open_source(request["source"])), Selection.parse(request.get("keep"), request.get("mtp")))
+    sys.stdout.write(json.dumps(outcome_of(plan, checked_plan(plan, force=bool(request.get("force"))))) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_child_main())
