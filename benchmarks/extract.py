@@ -8,7 +8,8 @@ so every method writes the same tensor bytes: what our writer does beyond `cp` �
 headers, re-sharding in output order — is all inside the timed run.
 
 Methods, each run in its own measuring subprocess (wall time, CPU time and peak RSS of the
-method's processes, from RUSAGE_CHILDREN). The page cache cannot be dropped here: a first
+method's processes, from RUSAGE_CHILDREN; and, sampled every 5 ms, the peak RSS of the
+method's own process, without its children). The page cache cannot be dropped here: a first
 round warms it (reported as "first run"), then ROUNDS more rounds run every method in turn.
 On this shared 2-CPU VM one 3 GB copy varies by up to 2x from run to run whichever tool
 copies, so the table gives the best warm run (the least disturbed; GB/s and × cp use it),
@@ -17,13 +18,24 @@ least. Dirty pages are flushed (os.sync) before every run so one run's writeback
 billed to the next.
 
   * ours: `python -I extract_weights.py` (os.copy_file_range for page-congruent ranges,
-    its 512 KiB buffer for the others);
+    its 512 KiB buffer for the others), as a user re-runs it;
+  * ours, hashing: the same with --hash xxh3_128, as mxtrim runs it (each source window
+    mapped, hashed and written from the map);
   * ours, buffered: the same script with os.copy_file_range removed (buffer only);
   * cp: `cp` of the source shards (GNU coreutils, which also uses copy_file_range);
   * naive safetensors: safetensors.torch.load_file of every shard + save_file (wall time
     includes importing torch; the in-process copy time is shown separately);
-  * mxtrim trim --mode weights, end to end (script + hashing every source and written range
-    + the transformers structure check), for reference.
+  * mxtrim trim --mode weights, end to end: plan, the script hashing as it copies, the
+    written shards read back and hashed behind it, the ends of every tensor compared with
+    the source, the structure check. The transformers checks' verdicts are remembered
+    (core/check_cache.py, in a cache private to this run): the first round checks (in child
+    processes), the warm rounds reuse the verdicts, as a trim after `mxtrim plan` does;
+  * the same with --hash sha256;
+  * the same with the verdicts not remembered (MXTRIM_CHECK_CACHE=0): every run imports
+    torch and transformers in its check processes.
+
+A second table gives each hash's throughput on 256 MiB in memory (one thread), with BLAKE3
+when the blake3 package happens to be installed (it is not a dependency).
 
 With --tmpfs the suite runs a second time with source and outputs in /dev/shm (no disk).
 On a Firecracker VM that measures the host faulting in fresh memory more than copying.
@@ -34,11 +46,14 @@ Usage: python benchmarks/extract.py [--tmpfs]
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 import psutil
@@ -62,17 +77,30 @@ LAYOUT = dict(num_layers=2, hidden_size=4096, vocab_size=131072)
 GB = 1e9
 ROUNDS = 5  # warm rounds after the first
 
-# Runs one command, then prints its wall time and the peak RSS of it and its descendants.
+# Runs one command, then prints its wall time, the peak RSS of it and its descendants, and
+# the peak RSS of the command's own process (sampled every 5 ms).
 MEASURE = r"""
-import json, resource, subprocess, sys, time
-cmd = json.loads(sys.argv[1])
+import json, os, resource, subprocess, sys, threading, time
+import psutil
+cmd, env = json.loads(sys.argv[1]), json.loads(sys.argv[2])
 t0 = time.perf_counter()
-proc = subprocess.run(cmd, capture_output=True, text=True)
+proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **env})
+own = [0]
+def sample():
+    try:
+        p = psutil.Process(proc.pid)
+        while proc.poll() is None:
+            own[0] = max(own[0], p.memory_info().rss)
+            time.sleep(0.005)
+    except psutil.Error:
+        pass
+threading.Thread(target=sample, daemon=True).start()
+out, err = proc.communicate()
 wall = time.perf_counter() - t0
 if proc.returncode:
-    sys.exit(f"{cmd[:3]} failed ({proc.returncode}): {proc.stderr[-2000:]}")
+    sys.exit(f"{cmd[:3]} failed ({proc.returncode}): {err[-2000:]}")
 usage = resource.getrusage(resource.RUSAGE_CHILDREN)  # the command and its descendants
-print(json.dumps({"wall": wall, "cpu": usage.ru_utime + usage.ru_stime, "rss": usage.ru_maxrss * 1024, "stdout": proc.stdout}))
+print(json.dumps({"wall": wall, "cpu": usage.ru_utime + usage.ru_stime, "rss": usage.ru_maxrss * 1024, "own_rss": own[0], "stdout": out}))
 """
 
 NAIVE = r"""
@@ -120,9 +148,9 @@ def output_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and (p.suffix == ".safetensors" or p.name.endswith("index.json")))
 
 
-def measure(cmd: list[str]) -> dict:
+def measure(cmd: list[str], env: dict | None = None) -> dict:
     os.sync()
-    proc = subprocess.run([sys.executable, "-c", MEASURE, json.dumps(cmd)], capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-c", MEASURE, json.dumps(cmd), json.dumps(env or {})], capture_output=True, text=True)
     if proc.returncode:
         sys.exit(proc.stderr)
     return json.loads(proc.stdout)
@@ -140,6 +168,9 @@ def run_suite(src: Path, work: Path, script_src: Path, plan) -> tuple[dict, tupl
     def ours(out):
         return [py, "-I", script, "--source", str(src), "--out", str(out)]
 
+    def ours_hashing(out):
+        return ours(out) + ["--hash", "xxh3_128"]
+
     def ours_buffered(out):
         code = (f"import os, runpy, sys; del os.copy_file_range; sys.argv = ['x', '--source', {str(src)!r}, '--out', {str(out)!r}]; "
                 f"runpy.run_path({script!r}, run_name='__main__')")
@@ -152,28 +183,34 @@ def run_suite(src: Path, work: Path, script_src: Path, plan) -> tuple[dict, tupl
     def naive(out):
         return [py, "-c", NAIVE, str(src), str(out), renames]
 
-    def full(out):
-        return [py, "-m", "mxtrim_tui", "trim", str(src), "--mode", "weights", "--keep", "0,1", "--out", str(out)]
+    def full(out, *extra):
+        return [py, "-m", "mxtrim_tui", "trim", str(src), "--mode", "weights", "--keep", "0,1", "--out", str(out), *extra]
 
+    cache = tempfile.mkdtemp(prefix="mxtrim-bench-cache-")  # the checks' verdicts, for this run only
+    remembered = {"XDG_CACHE_HOME": cache}
     methods = [
-        ("ours: extract_weights.py", ours),
-        ("ours: extract_weights.py, buffered fallback", ours_buffered),
-        ("cp of the source shards", cp),
-        ("naive safetensors load_file + save_file", naive),
-        ("mxtrim trim --mode weights (script + verify + structure)", full),
+        ("ours: extract_weights.py (as a user re-runs it)", ours, None),
+        ("ours: extract_weights.py --hash xxh3_128 (as mxtrim runs it)", ours_hashing, None),
+        ("ours: extract_weights.py, buffered fallback", ours_buffered, None),
+        ("cp of the source shards", cp, None),
+        ("naive safetensors load_file + save_file", naive, None),
+        ("mxtrim trim --mode weights, end to end (verified; check verdicts remembered)", full, remembered),
+        ("mxtrim trim --mode weights --hash sha256 (verdicts remembered)", lambda out: full(out, "--hash", "sha256"), remembered),
+        ("mxtrim trim --mode weights, checks run every time (MXTRIM_CHECK_CACHE=0)", full, {"MXTRIM_CHECK_CACHE": "0"}),
     ]
-    runs: dict[str, list[dict]] = {label: [] for label, _ in methods}
+    runs: dict[str, list[dict]] = {label: [] for label, _, _ in methods}
     try:
         for round_ in range(1 + ROUNDS):
-            for i, (label, make) in enumerate(methods):
+            for i, (label, make, env) in enumerate(methods):
                 out = work / f"out-{i}-{round_}"
-                result = measure(make(out))
+                result = measure(make(out), env)
                 result["bytes"] = output_bytes(out)
                 runs[label].append(result)
                 shutil.rmtree(out)
                 print(f"  round {round_}: {label}: {result['wall']:.2f} s", flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(cache, ignore_errors=True)
     return runs, (len(shards), sum(Path(s).stat().st_size for s in shards))
 
 
@@ -190,8 +227,9 @@ def print_table(title: str, runs: dict, shards: tuple[int, int], biggest: int) -
     print()
     print(f"{title}: {shards[0]} source shards, {human_bytes(shards[1])}, "
           f"largest tensor {human_bytes(biggest)}; Python {sys.version.split()[0]}, {os.cpu_count()} CPUs; {ROUNDS} warm runs each")
-    print("| method | bytes written | best warm s | median warm s | CPU s (best run) | GB/s (best) | × cp | peak RSS MiB | first run s |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("| method | bytes written | best warm s | median warm s | CPU s (best run) | GB/s (best) | × cp (best) | × cp (median) "
+          "| peak RSS MiB, own (warm) | peak RSS MiB, with children (all) | first run s |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for label, rs in runs.items():
         b = best(label)
         rate = b["bytes"] / b["wall"]
@@ -201,8 +239,37 @@ def print_table(title: str, runs: dict, shards: tuple[int, int], biggest: int) -
             copy = min(i["copy_seconds"] for i in inner)
             extra = f" (in-process copy {copy:.2f} s = {b['bytes'] / copy / GB:.2f} GB/s; the rest is importing torch)"
         rss = max(r["rss"] for r in rs)
+        own = max(r["own_rss"] for r in rs[1:])
         print(f"| {label}{extra} | {b['bytes']:,} | {b['wall']:.2f} | {median(label):.2f} | {b['cpu']:.2f} | {rate / GB:.2f} | "
-              f"{rate / cp_rate:.2f} | {rss / 2**20:.0f} | {rs[0]['wall']:.2f} |")
+              f"{rate / cp_rate:.2f} | {median(cp_label) / median(label):.2f} | {own / 2**20:.0f} | {rss / 2**20:.0f} | {rs[0]['wall']:.2f} |")
+
+
+def hash_table() -> None:
+    """Each hash's throughput over 256 MiB in memory, one thread, best of 5."""
+    import xxhash
+
+    makers = {"sha256 (hashlib, SHA-NI where the CPU has it)": hashlib.sha256, "blake2b (hashlib)": hashlib.blake2b,
+              "md5 (hashlib)": hashlib.md5, "xxh3_128 (xxhash)": xxhash.xxh3_128, "xxh3_64 (xxhash)": xxhash.xxh3_64}
+    try:
+        import blake3
+
+        makers["blake3 (blake3, one thread)"] = blake3.blake3
+    except ImportError:
+        pass
+    data = memoryview(os.urandom(256 << 20))
+    print()
+    print("| hash | GB/s (one thread, 1 MiB updates) |")
+    print("| --- | ---: |")
+    for label, make in makers.items():
+        best = float("inf")
+        for _ in range(5):
+            t0 = time.perf_counter()
+            h = make()
+            for i in range(0, len(data), 1 << 20):
+                h.update(data[i : i + (1 << 20)])
+            h.digest()
+            best = min(best, time.perf_counter() - t0)
+        print(f"| {label} | {len(data) / best / GB:.2f} |")
 
 
 def main() -> None:
@@ -235,6 +302,7 @@ def main() -> None:
     Path(script).unlink()
     for title, runs, shards in tables:
         print_table(title, runs, shards, biggest)
+    hash_table()
 
 
 if __name__ == "__main__":
