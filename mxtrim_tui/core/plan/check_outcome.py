@@ -1,9 +1,8 @@
-"""The transformers check of a plan, run in a child process and remembered.
+"""The transformers check of a plan, run in the check child process and remembered.
 
 :func:`checked_plan_cached` gives what :func:`transformers_check.checked_plan` gives, without
-importing torch or transformers into the calling process: the check runs in a child
-(``python -I -m mxtrim_tui.core.plan.check_outcome``) that rebuilds the same plan from the
-same request (source, ``--keep`` specs, MTP choice) and answers with the check's *outcome*:
+importing torch or transformers into the calling process: the check runs in the run's check
+child (:mod:`..check_child`), which rebuilds the same plan from the same request (source, ``--keep`` specs, MTP choice) and answers with the check's *outcome*:
 what it changed (the text selection when it widened an automatic one, fields it solved),
 the issues and the verdict. The outcome is stored in :mod:`..check_cache` under a digest of
 everything the check reads, so a plan checked once (``mxtrim plan``, an earlier trim) is not
@@ -15,16 +14,11 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
-import subprocess
-import sys
 
 from .. import check_cache
-from ..child_process import parent_death_signal
 from .build import Issue, Selection, TrimPlan, build_plan
 
 KIND = "plan"
-CHILD_LIMIT = 900.0  # seconds: a check of the largest sources takes well under a minute
 
 
 def tensor_table_digest(source) -> str:
@@ -100,11 +94,15 @@ def checked_plan_cached(plan: TrimPlan, *, force: bool = False, request: dict | 
         except (KeyError, TypeError, ValueError):
             outcome = None  # an entry of another shape: check again
     if request is not None:
-        outcome = _outcome_from_child(dict(request, force=force))
+        from ..check_child import CheckChild
+
+        child = CheckChild.shared()
+        outcome = child.ask(dict(request, op="plan", force=force))
         if outcome is None:
             from .transformers_check import NOT_CHECKED, TransformersCheck
 
-            return dataclasses.replace(plan, transformers_check=TransformersCheck(NOT_CHECKED, "the check's process failed"))
+            failed = TransformersCheck(NOT_CHECKED, f"the check's process failed ({child.last_words()})")
+            return dataclasses.replace(plan, transformers_check=failed)
     else:
         from .transformers_check import checked_plan
 
@@ -113,28 +111,11 @@ def checked_plan_cached(plan: TrimPlan, *, force: bool = False, request: dict | 
     return apply_outcome(plan, outcome)
 
 
-def _outcome_from_child(request: dict) -> dict | None:
-    try:
-        proc = subprocess.run([sys.executable, "-I", "-m", __name__], input=json.dumps(request), capture_output=True, text=True,
-                              timeout=CHILD_LIMIT, preexec_fn=parent_death_signal())
-    except subprocess.TimeoutExpired:
-        return None
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
-    if proc.returncode != 0 or not lines:
-        return None
-    return json.loads(lines[-1])
-
-
-def _child_main() -> int:
+def outcome_for_request(request: dict) -> dict:
+    """In the check child: the plan rebuilt from the request, checked, as an outcome."""
     from ..model.inventory import build_inventory
     from ..read.source import open_source
     from .transformers_check import checked_plan
 
-    request = json.loads(sys.stdin.read())
     plan = build_plan(build_inventory(open_source(request["source"])), Selection.parse(request.get("keep"), request.get("mtp")))
-    sys.stdout.write(json.dumps(outcome_of(plan, checked_plan(plan, force=bool(request.get("force"))))) + "\n")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(_child_main())
+    return outcome_of(plan, checked_plan(plan, force=bool(request.get("force"))))

@@ -338,6 +338,10 @@ def _weights_sections(add, weights: dict) -> None:
     add(f"- headers: {integ['headers']}")
     add(f"- index: {integ['index']}")
     add(f"- hashes: {integ['hashes_matched']:,} of {integ['tensors']:,} written ranges have the {integ['hash']} of their source range")
+    if "edges_compared" in integ:
+        add(f"- source read {integ['source_read']}; the first and last 4 KiB of {integ['edges_compared']:,} tensors "
+            "compared with the source at the planned offsets by mxtrim's own reads")
+        add(f"- source unchanged during the copy: {integ['source_unchanged']}")
     add(f"- tensor bytes: {integ['tensor_bytes']:,}")
     add("")
     add("## Tensor coverage")

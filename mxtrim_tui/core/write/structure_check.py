@@ -17,8 +17,8 @@ Not fed to the loader, and said so:
   accelerator kernels or extra packages — so their parameters cannot be compared. Plain
   quantized weights with the logical shape (FP8, INT8) are compared by shape.
 
-torch and transformers are imported only inside :func:`check_structure`, or in the child
-process of :class:`StructureJob`, which checks the *planned* output (its config and the
+torch and transformers are imported only inside :func:`check_structure`, or in the check
+child of :class:`StructureJob`, which checks the *planned* output (its config and the
 names, dtypes and shapes of the planned shards) while the extraction copies it: the writer
 verifies that the written headers equal the planned ones byte for byte, so the result holds
 for the written checkpoint, and torch's memory goes back with the child.
@@ -29,11 +29,7 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
-import sys
 import tempfile
-import threading
-import time
 import warnings
 from collections import Counter
 from contextlib import contextmanager
@@ -351,60 +347,23 @@ def check_planned(request: dict) -> StructureResult:
 
 
 class StructureJob:
-    """:func:`check_planned` in a child process (``python -I``), started before the copy;
-    :meth:`result` waits for it. The child reads its request from stdin before importing
-    anything heavy and answers one JSON line on stdout."""
+    """:func:`check_planned` in the run's check child (:mod:`..check_child`, torch imported
+    once for both checks), asked before the copy starts; :meth:`result` waits for it."""
 
-    def __init__(self, request: dict, preexec_fn=None):
-        with tempfile.TemporaryFile() as payload:  # a file, not a pipe: nothing to pump
-            payload.write(json.dumps(request).encode())
-            payload.seek(0)
-            self._err = tempfile.TemporaryFile()  # what it says on stderr, however much, never blocks it
-            self.proc = subprocess.Popen(
-                [sys.executable, "-I", "-m", __name__], stdin=payload, stdout=subprocess.PIPE, stderr=self._err,
-                start_new_session=True, preexec_fn=preexec_fn,
-            )
+    def __init__(self, request: dict):
+        from ..check_child import CheckChild
+
+        self.child = CheckChild.shared()
+        self.sent = self.child.send(dict(request, op="structure"))
         self.failed = False  # the child failed or ran out of time: no verdict to remember
         self.cache_key = ""
 
-    def result(self, limit: float = 600.0, interrupt=None) -> StructureResult:
-        """Wait for the child's answer (``interrupt()`` is called every 0.1 s and may raise)."""
-        deadline = time.monotonic() + limit
-        while True:
-            try:
-                out, _ = self.proc.communicate(timeout=0.1)
-                break
-            except subprocess.TimeoutExpired:
-                if interrupt is not None:
-                    interrupt()
-                if time.monotonic() > deadline:
-                    self.stop()
-                    self.failed = True
-                    return not_checked(f"the structure check did not finish within {limit:g} s")
-        lines = [line for line in out.decode(errors="replace").splitlines() if line.startswith("{")]
-        if self.proc.returncode != 0 or not lines:
+    def result(self, limit: float = 900.0, interrupt=None) -> StructureResult:
+        answer = self.child.receive(limit, interrupt) if self.sent else None
+        if answer is None:
             self.failed = True
-            self._err.seek(0)
-            last = (self._err.read().decode(errors="replace").strip().splitlines() or ["no message"])[-1]
-            return not_checked(f"the structure check's process failed (exit status {self.proc.returncode}: {last[:200]})")
-        return StructureResult.from_json(json.loads(lines[-1]))
+            return not_checked(f"the structure check's process failed or took over {limit:g} s ({self.child.last_words()})")
+        return StructureResult.from_json(answer)
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait()
-        self._err.close()
-
-
-def _child_main() -> int:
-    request = json.loads(sys.stdin.buffer.read())
-    try:
-        result = check_planned(request)
-    except Exception as exc:  # noqa: BLE001 - one line back to the writer, never a traceback
-        result = not_checked(f"the structure check failed ({type(exc).__name__}: {_first_line(exc)})")
-    sys.stdout.write(json.dumps(result.to_json()) + "\n")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(_child_main())
+        self.child.close()

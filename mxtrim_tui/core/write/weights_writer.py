@@ -662,7 +662,7 @@ def _start_structure(plan: TrimPlan, extraction: Extraction, structure: bool, em
             return StructureResult.from_json(known)
         except (KeyError, TypeError, ValueError):
             pass
-    job = StructureJob(request, preexec_fn=parent_death_signal())
+    job = StructureJob(request)
     job.cache_key = digest
     return job
 

@@ -1,0 +1,118 @@
+"""One child process for both transformers checks, so torch is imported once per run.
+
+``mxtrim plan`` / ``trim`` check the plan against transformers (before any byte is written)
+and a real-weight trim checks the planned output's structure (while the script copies). Both
+import torch and transformers, seconds of work and a few hundred MB. They run in one child
+(``python -I -m mxtrim_tui.core.check_child``), started on the first check a run needs and
+kept for the next: requests and answers are JSON lines on its stdin / stdout. The child is in
+its own session (a terminal's Ctrl-C reaches mxtrim, which stops it), gets a parent-death
+signal where mxtrim can set one, and is stopped when mxtrim exits. Verdicts already
+remembered (:mod:`.check_cache`) need no child at all.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import select
+import subprocess
+import sys
+import tempfile
+import time
+
+from .child_process import parent_death_signal
+
+LIMIT = 900.0  # seconds one check may take (the largest sources take well under a minute)
+
+
+class CheckChild:
+    _shared: "CheckChild | None" = None
+
+    @classmethod
+    def shared(cls) -> "CheckChild":
+        """The run's child, started now if there is none (or it died)."""
+        if cls._shared is None or cls._shared.proc.poll() is not None:
+            cls._shared = cls()
+            atexit.register(cls._shared.close)
+        return cls._shared
+
+    def __init__(self):
+        self._err = tempfile.TemporaryFile()  # whatever it says on stderr, never a full pipe
+        self.proc = subprocess.Popen(
+            [sys.executable, "-I", "-m", __name__], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err,
+            start_new_session=True, preexec_fn=parent_death_signal(),
+        )
+
+    def send(self, request: dict) -> bool:
+        try:
+            self.proc.stdin.write(json.dumps(request).encode() + b"\n")
+            self.proc.stdin.flush()
+            return True
+        except (OSError, ValueError):
+            return False
+
+    def receive(self, limit: float = LIMIT, interrupt=None) -> dict | None:
+        """The answer to the request sent last (None: the child died or ran out of time);
+        ``interrupt()`` is called every 0.1 s while waiting and may raise."""
+        deadline = time.monotonic() + limit
+        out = self.proc.stdout
+        while not select.select([out], [], [], 0.1)[0]:
+            if interrupt is not None:
+                interrupt()
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                self.close()
+                return None
+        line = out.readline()
+        try:
+            answer = json.loads(line)
+        except ValueError:
+            self.close()
+            return None
+        return answer if isinstance(answer, dict) and "error" not in answer else None
+
+    def ask(self, request: dict, limit: float = LIMIT, interrupt=None) -> dict | None:
+        return self.receive(limit, interrupt) if self.send(request) else None
+
+    def last_words(self) -> str:
+        self._err.seek(0)
+        lines = self._err.read().decode(errors="replace").strip().splitlines()
+        return lines[-1][:200] if lines else "no message"
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            # nothing to save in it, and torch takes seconds to tear down: stopped outright
+            try:
+                self.proc.stdin.close()
+            except OSError:
+                pass
+            self.proc.kill()
+            self.proc.wait()
+        if CheckChild._shared is self:
+            CheckChild._shared = None
+
+
+def _answer(request: dict) -> dict:
+    if request.get("op") == "plan":
+        from .plan.check_outcome import outcome_for_request
+
+        return outcome_for_request(request)
+    if request.get("op") == "structure":
+        from .write.structure_check import check_planned
+
+        return check_planned(request).to_json()
+    return {"error": f"unknown request {request.get('op')!r}"}
+
+
+def _child_main() -> int:
+    for line in sys.stdin:
+        try:
+            answer = _answer(json.loads(line))
+        except Exception as exc:  # noqa: BLE001 - the asker reports it in one line
+            answer = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}
+        sys.stdout.write(json.dumps(answer) + "\n")
+        sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_child_main())
