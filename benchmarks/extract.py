@@ -75,7 +75,7 @@ SOURCE = BENCH / "extract-src"
 WORK = BENCH / "extract-work"
 LAYOUT = dict(num_layers=2, hidden_size=4096, vocab_size=131072)
 GB = 1e9
-ROUNDS = 5  # warm rounds after the first
+ROUNDS = 7  # warm rounds after the first
 
 # Runs one command, then prints its wall time, the peak RSS of it and its descendants, and
 # the peak RSS of the command's own process (sampled every 5 ms).

@@ -301,6 +301,9 @@ def cmd_trim(args) -> int:
         result = write_weights(plan, out, max_shard_bytes=args.max_shard_size, progress=progress, serve=serve, hash_name=args.hash)
     else:
         result = write_dummy(plan, out, progress=progress, serve=serve)
+    from .core.check_child import CheckChild
+
+    CheckChild.release()  # the checks are done: their memory goes back before any validation
     if args.progress:
         progress({"event": "result", "output": str(result.path), "files": len(result.files)})
     checks = None
