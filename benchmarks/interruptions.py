@@ -54,7 +54,9 @@ def phase_reached(event: dict, phase: str) -> bool:
     if phase == "copy":
         return kind == "tensor" and event.get("done_bytes", 0) > 0
     if phase == "verify":
-        return kind == "verify"
+        # the written shards are read back alongside the copy: a tensor event saying some
+        # bytes are verified already (or, should the copy end first, the verify stage)
+        return (kind == "tensor" and event.get("verified_bytes", 0) > 0) or kind == "verify"
     if phase == "structure":
         return kind == "stage" and name == "structure" and event.get("status") == "start"
     raise ValueError(phase)
