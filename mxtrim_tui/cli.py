@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import signal
 import sys
 from pathlib import Path
 
@@ -543,13 +542,10 @@ def cmd_demo(args) -> int:
     return 0
 
 
-def _terminate(signum, frame):
-    # SIGTERM unwinds like Ctrl-C, so writers remove their partial output.
-    raise KeyboardInterrupt
-
-
 def main(argv: list[str] | None = None) -> int:
-    signal.signal(signal.SIGTERM, _terminate)
+    from .core import interrupts
+
+    interrupts.install()  # SIGTERM unwinds like Ctrl-C, so writers remove their partial output
     try:
         return _run(sys.argv[1:] if argv is None else argv)
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM, even while the engine is still importing

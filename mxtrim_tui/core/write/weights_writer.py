@@ -58,7 +58,7 @@ from .leftovers import remove_leftovers, signals_held
 from .structure_check import StructureJob, StructureResult, not_checked, planned_request
 from .verify_stream import DEFAULT_HASH, OutputFollower, SourceSnapshot, VerifyFailed, hash_range
 from ..units import DEFAULT_MAX_SHARD_BYTES
-from .. import check_cache
+from .. import check_cache, interrupts
 from .writer import (
     PLAN_NAME,
     README_NAME,
@@ -100,6 +100,7 @@ class Cancelled(Exception):
 
 
 def _check_cancel(cancel) -> None:
+    interrupts.check()
     if cancel is not None and cancel.is_set():
         raise Cancelled("cancelled; partial output removed")
 
@@ -221,6 +222,7 @@ def run_extraction_script(script: Path, source: Path, out: Path, emit, cancel=No
                     other.append(line)
                 continue
             kind = event.get("event")
+            interrupts.check()
             if seen is not None:
                 seen(event)
             if kind == "start":
@@ -283,7 +285,7 @@ class CopyCheck:
     def seen(self, event: dict) -> None:
         """The script's events: its partial directory starts the follower; digests are kept."""
         kind = event.get("event")
-        if kind == "start" and event.get("partial") and not self.follower.is_alive():
+        if kind == "start" and event.get("partial") and self.follower.ident is None:
             self.partial = Path(event["partial"])
             self.follower.start()
         elif kind == "digest":
@@ -556,9 +558,10 @@ def write_weights(
     if tmp.exists():
         shutil.rmtree(tmp)
     script_tmp = out.with_name(f".{out.name}.extract-{os.getpid()}.py")
-    check = CopyCheck(plan, extraction, tmp, hash_name)
+    check = None
     job = None  # the structure check: its child, or its result
     try:
+        check = CopyCheck(plan, extraction, tmp, hash_name)
         script_tmp.write_bytes(utf8(script_text))
         job = _start_structure(plan, extraction, structure, emit)
         t0 = time.monotonic()
@@ -679,8 +682,9 @@ def _structure_stage(job: StructureJob | StructureResult, emit, cancel) -> Struc
     return result
 
 
-def _stop_checks(check: CopyCheck, job: StructureJob | StructureResult | None) -> None:
-    check.stop()
+def _stop_checks(check: CopyCheck | None, job: StructureJob | StructureResult | None) -> None:
+    if check is not None:
+        check.stop()
     if isinstance(job, StructureJob):
         job.stop()
 

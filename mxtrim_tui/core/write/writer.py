@@ -15,6 +15,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import interrupts
 from ..errors import InputError
 from ..plan.build import CONFIG, TrimPlan
 from ..plan.plan_json import plan_to_json
@@ -325,6 +326,7 @@ def readme_entry(size: int) -> dict:
 
 
 def rename_into_place(tmp: Path, out: Path) -> None:
+    interrupts.check()  # a Ctrl-C / SIGTERM whose exception a finalizer swallowed stops it here
     if out.exists() or out.is_symlink():
         raise OutputError(out, "appeared while writing; not overwritten")
     os.rename(tmp, out)
