@@ -655,6 +655,30 @@ def test_a_written_byte_unlike_the_source_is_caught_by_its_digest(tmp_path, monk
     assert not out.exists() and [p.name for p in tmp_path.iterdir()] == ["src"]
 
 
+def test_a_shard_left_short_after_the_script_ended_is_an_error_not_a_wait(tmp_path):
+    """The reader that follows the script waits for bytes only while the script runs: once it
+    has exited, a shard shorter than planned (or missing) is reported at once."""
+    from mxtrim_tui.core.write.verify_stream import OutputFollower, VerifyFailed
+
+    src = write_checkpoint(tmp_path / "src", LAYOUTS["llama3"](num_layers=2, hidden_size=64, vocab_size=128), data="random")
+    extraction = build_extraction(plan_for(src, ["0,1"]), 60_000)
+    assert len(extraction.shards) > 1
+    written = tmp_path / "written"
+    written.mkdir()
+    first = extraction.shards[0]
+    (written / first.file).write_bytes(first.header)  # the header, and the data never came
+    for missing_too in (False, True):
+        follower = OutputFollower(extraction, src, lambda: [written])
+        follower.writer_done.set()
+        if missing_too:
+            (written / first.file).unlink()
+        follower.start()
+        follower.join(timeout=30)
+        assert not follower.is_alive()
+        assert isinstance(follower.error, VerifyFailed), follower.error
+        assert ("was not written" if missing_too else "ends at byte") in follower.error.message
+
+
 # --- tiny real models: transformers loads the trimmed checkpoint ------------------------------
 @pytest.mark.parametrize("maker, keep", [("make_tiny_llama", "1"), ("make_tiny_qwen3", "1"), ("make_tiny_deepseek_v3_mtp", "0,2")])
 def test_tiny_real_model_loads_and_runs(tmp_path, maker, keep):

@@ -121,6 +121,7 @@ class OutputFollower(threading.Thread):
         self.edges_compared = 0
         self.error: VerifyFailed | BaseException | None = None
         self._halt = threading.Event()
+        self.writer_done = threading.Event()  # set once the script has exited: nothing grows any more
         self._view = memoryview(bytearray(READ_BUFFER))
 
     def stop(self) -> None:
@@ -153,21 +154,29 @@ class OutputFollower(threading.Thread):
     def _open(self, file: str) -> int | None:
         """The shard's file descriptor, once the script has created it (None: stopped)."""
         while not self.stopped:
+            done = self.writer_done.is_set()  # read before looking: a last look after the end
             for folder in self.where():
                 try:
                     return os.open(Path(folder) / file, os.O_RDONLY)
                 except FileNotFoundError:
                     continue
+            if done:
+                raise VerifyFailed(Path(file), "planned shard was not written")
             time.sleep(POLL)
         return None
 
-    def _wait_for(self, fd: int, end: int) -> bool:
+    def _wait_for(self, fd: int, end: int, shard: str) -> bool:
         """Until the file holds byte ``end - 1`` (False: stopped first)."""
-        while os.fstat(fd).st_size < end:
+        while True:
+            done = self.writer_done.is_set()
+            size = os.fstat(fd).st_size
+            if size >= end:
+                return True
             if self.stopped:
                 return False
+            if done:
+                raise VerifyFailed(Path(shard), f"written shard ends at byte {size}, planned at least {end}")
             time.sleep(POLL)
-        return True
 
     def _hash_tensor(self, fd: int, t: TensorCopy, begin: int, end: int, shard: str) -> bool:
         h = new_hash(self.hash_name)
@@ -175,7 +184,7 @@ class OutputFollower(threading.Thread):
         view = self._view
         while pos < end:
             want = min(len(view), end - pos)
-            if not self._wait_for(fd, pos + want):
+            if not self._wait_for(fd, pos + want, shard):
                 return False
             n = os.preadv(fd, [view[:want]], pos)
             if n == 0:  # pragma: no cover - the size said the bytes were there

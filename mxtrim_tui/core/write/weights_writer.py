@@ -296,6 +296,7 @@ class CopyCheck:
     def finish(self, emit, cancel) -> None:
         """Wait for the follower to read the rest, emitting ``verify`` progress."""
         total = self.extraction.tensor_bytes
+        self.follower.writer_done.set()  # the script has exited: a shard short now stays short
         emit({"event": "stage", "name": "verify", "status": "start", "total_bytes": total, "done_bytes": self.follower.done_bytes})
         if self.follower.ident is None:
             self.follower.start()  # the script never named its partial directory: read the renamed one
