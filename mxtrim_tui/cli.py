@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 from pathlib import Path
 
@@ -550,7 +551,21 @@ def main(argv: list[str] | None = None) -> int:
         return _run(sys.argv[1:] if argv is None else argv)
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM, even while the engine is still importing
         print("mxtrim: interrupted", file=sys.stderr)
+        if argv is None:  # the command line, not a caller in the same process
+            _exit_interrupted()
         return 130
+
+
+def _exit_interrupted() -> None:
+    """Exit with status 130 now. CPython kills itself with SIGINT at exit when a
+    KeyboardInterrupt once passed through exec()'d code (a dataclass made during an import),
+    even though it was handled, and a SIGTERM'd mxtrim would then seem to have died of Ctrl-C."""
+    import atexit
+
+    atexit._run_exitfuncs()  # the check child is stopped, as at a normal exit
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(130)
 
 
 def _run(argv: list[str]) -> int:
