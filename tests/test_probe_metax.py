@@ -244,6 +244,10 @@ def test_maca_visible_devices_is_treated_like_cuda_visible_devices(tmp_path, val
     assert {**mx["gpus"], "vendor": "nvidia"} == nv["gpus"]
     # the device list keeps the machine's indices: the ones the server's variable takes
     assert [g["index"] for g in mx["gpus"]["gpus"]] == [0]
+    if value == "":  # an empty variable hides every GPU from the runtime: the choice keeps to it
+        assert (mx["choice"]["device"], nv["choice"]["device"]) == ("cpu", "cpu")
+        assert mx["choice"]["gpus"] is None is nv["choice"]["gpus"]
+        return
     assert (mx["choice"]["device"], nv["choice"]["device"]) == ("maca", "cuda")
     assert mx["choice"]["gpus"] == nv["choice"]["gpus"] == "0"
     assert mx["server_env"]["MACA_VISIBLE_DEVICES"] == nv["server_env"]["CUDA_VISIBLE_DEVICES"] == "0"

@@ -50,3 +50,25 @@ def test_metax_devices_are_maca():
 def test_cuda_asked_without_a_gpu_is_refused():
     choice = choose_devices("cuda", NONE, count=1)
     assert choice.refused and "no GPU visible" in choice.refused
+
+
+def test_auto_keeps_to_the_users_visible_devices():
+    """NVML lists all 8 GPUs; CUDA_VISIBLE_DEVICES=4,5,6 (recorded by the probe) leaves the
+    choice among those, busy ones still left alone; MACA_VISIBLE_DEVICES the same on MetaX."""
+    import dataclasses
+
+    for vendor in ("nvidia", "metax"):
+        probe = dataclasses.replace(box({4: "job"}, vendor=vendor), visible_devices="4,5,6")
+        choice = choose_devices("auto", probe, count=2)
+        assert (choice.refused, choice.gpus) == (None, "5,6")
+        assert choose_devices("auto", probe, count=3).refused  # only two of the three are idle
+        # an explicit --gpus outside them is refused, not taken
+        assert "no GPU 0 among the visible ones" in choose_devices("auto", probe, count=1, gpus="0").refused
+    env_hides_all = dataclasses.replace(box({}), visible_devices="")
+    choice = choose_devices("auto", env_hides_all, count=1)
+    assert choice.device == "cpu" and "CUDA_VISIBLE_DEVICES= names no GPU" in choice.note
+    assert choose_devices("cuda", env_hides_all, count=1).refused
+    # UUIDs and MIG names are the runtime's business: every idle GPU stays a candidate
+    uuids = dataclasses.replace(box({}), visible_devices="GPU-8f2c1a6e-0000-0000-0000-000000000000")
+    assert choose_devices("auto", uuids, count=1).gpus == "0"
+

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..probe.gpu import VISIBLE_DEVICES_ENV
+
 
 @dataclass(frozen=True)
 class DeviceChoice:
@@ -31,6 +33,17 @@ def choose_devices(requested: str, probe, count: int, gpus: str | None = None) -
             return DeviceChoice("cpu", None, f"CPU: no GPU visible ({probe.reason if probe is not None else 'not probed'})")
         return DeviceChoice(requested, gpus, "no GPU visible", refused=f"--device {requested}: no GPU visible ({probe.reason})")
     kind = requested if requested != "auto" else ("maca" if probe.vendor == "metax" else "cuda")
+    allowed = _user_visible(probe.visible_devices)
+    if allowed is not None:
+        # NVML lists every GPU whatever CUDA_/MACA_VISIBLE_DEVICES say: keep to the user's
+        # (the server's own variable is then set to physical indices among them)
+        env = VISIBLE_DEVICES_ENV.get(probe.vendor, "CUDA_VISIBLE_DEVICES")
+        visible = [g for g in visible if g.index in allowed]
+        if not visible:
+            why = f"{env}={probe.visible_devices} names no GPU of this machine"
+            if requested == "auto":
+                return DeviceChoice("cpu", None, f"CPU: {why}")
+            return DeviceChoice(requested, gpus, why, refused=f"--device {requested}: {why}")
     by_index = {g.index: g for g in visible}
     if gpus is not None:
         wanted = [int(x) for x in gpus.split(",") if x.strip()]
@@ -47,3 +60,14 @@ def choose_devices(requested: str, probe, count: int, gpus: str | None = None) -
         return DeviceChoice(kind, None, "", refused=f"{len(free)} idle GPU(s) of {len(visible)}, {count} needed; " + "; ".join(busy))
     chosen = ",".join(str(i) for i in free[:count])
     return DeviceChoice(kind, chosen, f"GPU {chosen}: idle ({len(visible) - len(free)} busy left alone)")
+
+
+def _user_visible(value: str | None) -> set[int] | None:
+    """The GPU indices a user's CUDA_/MACA_VISIBLE_DEVICES allows (None: unset, or not a plain
+    list of indices, such as UUIDs or MIG names, which are left to the runtime)."""
+    if value is None:
+        return None
+    parts = [p.strip() for p in value.split(",") if p.strip()]
+    if not all(p.isascii() and p.isdigit() for p in parts):
+        return None
+    return {int(p) for p in parts}
