@@ -159,6 +159,14 @@ def check_structure(out_dir: str | Path, plan: TrimPlan, written: ModelSource | 
     """Build the reduced model on ``meta`` from ``out_dir``'s config and load the written
     checkpoint's shapes into it with transformers' own key conversions. ``written``: the
     output already read (the writer's verification has it), else it is read here."""
+    if written is None:
+        written = open_source(out_dir)
+    tensors = [(t.name, t.dtype, t.shape) for t in written.iter_tensors()]
+    return _run_check(Path(out_dir), tensors, _plan_facts(plan))
+
+
+def _run_check(out_dir: Path, tensors, facts: dict) -> StructureResult:
+    """:func:`_check` with torch and transformers imported (quietly), or why not."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -166,11 +174,8 @@ def check_structure(out_dir: str | Path, plan: TrimPlan, written: ModelSource | 
             import transformers
     except ImportError as exc:
         return not_checked(f"transformers / torch not installed ({exc.name})")
-    if written is None:
-        written = open_source(out_dir)
-    tensors = [(t.name, t.dtype, t.shape) for t in written.iter_tensors()]
     with quiet_transformers():
-        return _check(torch, transformers, Path(out_dir), tensors, _plan_facts(plan))
+        return _check(torch, transformers, out_dir, tensors, facts)
 
 
 def _plan_facts(plan: TrimPlan) -> dict:
@@ -332,18 +337,10 @@ def planned_request(config: dict, tensors, plan: TrimPlan) -> dict:
 
 def check_planned(request: dict) -> StructureResult:
     """The structure check of a planned output (run in the child)."""
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            import torch
-            import transformers
-    except ImportError as exc:
-        return not_checked(f"transformers / torch not installed ({exc.name})")
     with tempfile.TemporaryDirectory(prefix="mxtrim-structure-") as scratch:
         with open(os.path.join(scratch, "config.json"), "w", encoding="utf-8") as fh:
             json.dump(request["config"], fh)
-        with quiet_transformers():
-            return _check(torch, transformers, Path(scratch), request["tensors"], request["facts"])
+        return _run_check(Path(scratch), request["tensors"], request["facts"])
 
 
 class StructureJob:
@@ -358,7 +355,10 @@ class StructureJob:
         self.failed = False  # the child failed or ran out of time: no verdict to remember
         self.cache_key = ""
 
-    def result(self, limit: float = 900.0, interrupt=None) -> StructureResult:
+    def result(self, limit: float | None = None, interrupt=None) -> StructureResult:
+        from ..check_child import LIMIT
+
+        limit = LIMIT if limit is None else limit
         answer = self.child.receive(limit, interrupt) if self.sent else None
         if answer is None:
             self.failed = True
