@@ -38,12 +38,14 @@ class UsageError(Exception):
 def validation_args(sp) -> None:
     """What `validate` takes, and `trim --validate` with it."""
     sp.add_argument("--serve", action="store_true", help="start vllm serve on the output, send requests, stop it")
-    sp.add_argument("--python", default=sys.executable, metavar="PY", help="interpreter of the environment holding vLLM (default: this one)")
-    sp.add_argument("--launcher", metavar="CMD", help="server command instead of 'PY -m vllm.entrypoints.openai.api_server' (split like a shell)")
+    sp.add_argument("--python", metavar="PY", help="interpreter of the environment holding vLLM (default: $MXTRIM_VLLM_PYTHON, "
+                    "the wizard's kept setting, the interpreter of a vllm command on PATH, this interpreter: the first that has vLLM)")
+    sp.add_argument("--launcher", metavar="CMD", help="server command instead of 'PY -m vllm.entrypoints.cli.main serve' (split like a shell; gets --model OUT)")
     sp.add_argument("--device", choices=["auto", "cpu", "cuda", "maca"], default="auto", help="where the server runs (auto: idle GPUs, else the CPU)")
     sp.add_argument("--gpus", metavar="IDS", help="devices for the server, e.g. 0,1 (refused when another process uses one)")
     sp.add_argument("--kv-cache-memory-bytes", type=parse_size, metavar="SIZE", help="KV cache budget (CPU default 64MB)")
-    sp.add_argument("--timeout", type=float, default=600.0, metavar="S", help="seconds to wait for the server to become healthy")
+    sp.add_argument("--timeout", type=float, default=600.0, metavar="S",
+                    help="seconds the starting server may go without progress (no new log line) before it is given up; a start that keeps logging may take up to an hour")
     sp.add_argument("--equivalence", action="store_true", help="with --serve (implied): greedy tokens of the served real-weight trim against the original model run in transformers with only the kept layers")
     sp.add_argument("--speculative", action="store_true", help="serve with speculative decoding through the kept MTP layer (method mtp, 1 token)")
     sp.add_argument("--trust-remote-code", action="store_true", help="allow code from the output directory (auto_map) to run")
@@ -398,9 +400,13 @@ def parse_size(text: str) -> int:
 def _serve_options(args, out: Path, plan_doc: dict):
     import shlex
 
+    from .core.user_settings import get_setting
     from .core.validate.devices import choose_devices
-    from .core.validate.serve import ServeOptions, cpu_attention_backend
+    from .core.validate.locate import SETTING, find_vllm_python
+    from .core.validate.serve import ServeOptions, cpu_attention_backend, cpu_serve_dtype
 
+    # before anything starts: which interpreter holds vLLM (one line naming every place tried if none)
+    vllm = find_vllm_python(args.python, get_setting(SETTING))
     probe = None
     if args.device != "cpu":
         from .core.probe.gpu import probe_gpus
@@ -414,7 +420,9 @@ def _serve_options(args, out: Path, plan_doc: dict):
     if args.speculative and not plan_doc.get("mtp_kept"):
         raise InputError(out / "mxtrim-plan.json", "the output keeps no MTP layer: --speculative has nothing to run")
     return ServeOptions(
-        python=args.python,
+        python=vllm.python,
+        python_origin=vllm.origin,
+        entry=vllm.entry,
         device=device,
         gpus=choice.gpus,
         device_note=choice.note,
@@ -423,7 +431,7 @@ def _serve_options(args, out: Path, plan_doc: dict):
         max_model_len=int(getattr(args, "max_model_len", None) or (256 if cpu else serve.get("max_model_len") or 4096)),
         gpu_memory_utilization=None if cpu else float(serve.get("gpu_memory_utilization") or 0.8),
         kv_cache_memory_bytes=args.kv_cache_memory_bytes or (64 * 2**20 if cpu else None),
-        dtype="float32" if cpu else None,
+        dtype=cpu_serve_dtype(out) if cpu else None,
         attention_backend=cpu_attention_backend(out) if cpu else None,
         trust_remote_code=args.trust_remote_code,
         speculative_mtp=1 if args.speculative else 0,
@@ -464,7 +472,10 @@ def run_validation(out: Path, args, quiet: bool):
 
 
 def print_validation(v, runs: int) -> None:
-    marks = {"passed": "✓", "failed": "✗", "unverified": "·", "not applicable": "-", "not comparable": "≠"}
+    marks = {"passed": "✓", "failed": "✗", "unverified": "·", "not applicable": "-", "not comparable": "≠", "differs": "≠"}
+    print(f"vLLM {v.environment.get('packages', {}).get('vllm', {}).get('version') or ''} at {v.python} ({v.python_origin or 'given'})".replace("vLLM  at", "vLLM at"))
+    if v.settings:
+        print(f"served with: {v.settings_line()}")
     for r in v.rows:
         print(f"{marks.get(r.status, '?')} {r.check}: {r.status}" + (f" — {r.detail}" if r.detail else ""))
         if r.verdict:

@@ -416,3 +416,18 @@ def test_fetch_list_names_exactly_the_shards_a_weights_trim_reads(tmp_path):
     assert run_cli("trim", str(root), "--mode", "weights", "--keep", "0,3", "--out", str(out)).returncode == 0
     manifest = json.loads((out / "manifest.json").read_text())
     assert sorted({row["source_file"] for row in manifest["tensors"]}) == expected
+
+
+def test_a_declared_mtp_layer_without_tensors_is_not_claimed(sparse_models):
+    """Qwen3-Next shape: the config declares an MTP layer, the checkpoint holds none of its
+    tensors. No head is kept, the plan says why, and the output config declares none."""
+    root = sparse_models("qwen3_next", mtp_layers=0)
+    inv, plan = inventory_and_plan(root, ["3,4"])
+    assert inv.mtp_count == 1 and not inv.submodels["mtp"].layers
+    assert plan.mtp_kept is False
+    assert any("declares 1 MTP layer" in i.message and "no MTP" in i.message for i in plan.warnings)
+    assert plan.new_documents["config.json"]["num_nextn_predict_layers"] == 0
+    assert not any(c.submodel == "mtp" and c.kept for c in plan.coverage)
+    # with the tensors present the head is kept, as before
+    _, with_mtp = inventory_and_plan(sparse_models("qwen3_next"), ["3,4"])
+    assert with_mtp.mtp_kept is True

@@ -1,16 +1,12 @@
-"""User files under $XDG_CONFIG_HOME/mxtrim: recent sources (here) and the key map
-(``keymap.json``, checked by ``tui.keymap``)."""
+"""User files under $XDG_CONFIG_HOME/mxtrim: recent sources (here), the key map
+(``keymap.json``, checked by ``tui.keymap``) and the settings the CLI shares (``core.user_settings``)."""
 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
-
-def config_dir() -> Path:
-    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return Path(base) / "mxtrim"
+from ..core.user_settings import config_dir
 
 
 def load_recent(limit: int = 8) -> list[str]:

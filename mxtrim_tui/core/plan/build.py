@@ -19,6 +19,7 @@ from functools import cached_property
 
 from .config_edit import MISSING, ConfigEdit, apply_edits, get_path
 from ..model.families.base import DENSE, DSA_FULL, DSA_SHARED, HASH_MOE, MOE, Stack, first_int, require_moe
+from ..read.source import CONFIG_ONLY
 from ..model.inventory import PER_LAYER_LISTS, Inventory, LayerKind, is_layer_index_list, stack_config
 from ..units import index_ranges, shown_bytes
 
@@ -423,9 +424,17 @@ def _resolve_kept(inv: Inventory, selection: Selection, issues: list[Issue], aut
 def _resolve_mtp(inv: Inventory, selection: Selection, issues: list[Issue]) -> tuple[bool, bool]:
     """Whether the model has MTP / draft heads and whether they are kept."""
     mtp_sm = inv.submodels.get("mtp")
-    has_mtp = mtp_sm is not None and (bool(mtp_sm.layers) or inv.mtp_count > 0)
+    # a config that declares MTP layers is believed only where the tensors cannot be listed
+    # (a config-only source): a checkpoint that names its tensors and none of them is an MTP
+    # layer has no head to keep
+    names_known = inv.source.state != CONFIG_ONLY
+    declared_only = mtp_sm is not None and not mtp_sm.layers and inv.mtp_count > 0 and names_known
+    has_mtp = mtp_sm is not None and (bool(mtp_sm.layers) or (inv.mtp_count > 0 and not names_known))
     mtp_kept = has_mtp if selection.mtp is None else (selection.mtp and has_mtp)
-    if selection.mtp and not has_mtp:
+    if declared_only:
+        issues.append(Issue("warning", f"the config declares {inv.mtp_count} MTP layer(s) but the checkpoint holds no MTP "
+                                       "tensors: no MTP head is kept, and speculative decoding through it cannot run"))
+    elif selection.mtp and not has_mtp:
         issues.append(Issue("warning", "--mtp: this model has no MTP / draft heads"))
     return has_mtp, mtp_kept
 
@@ -590,20 +599,25 @@ def _check_dense_prefix(ctx: TrimContext) -> None:
 
 def _plan_mtp(inv, edits, issues, config, text_path, text_cfg, mtp_kept, has_mtp) -> None:
     fam = inv.family
-    if not has_mtp or fam.mtp is None:
+    if fam.mtp is None or mtp_kept:
         return
-    if mtp_kept:
+    # declared by the config, absent from the checkpoint: the output says it has none
+    absent = not has_mtp and inv.mtp_count > 0 and "mtp" in inv.submodels
+    if not has_mtp and not absent:
         return
     # Dropping MTP: zero every count field the config has (and the one vLLM reads by default).
+    why = "the checkpoint holds no MTP tensors" if absent else "MTP / draft heads dropped (--no-mtp)"
     wrote = False
     for f in fam.mtp.count_fields:
         for path in (text_path + (f,), (f,)):
             if get_path(config, path) not in (MISSING, None, 0):
-                set_edit(edits, ConfigEdit(CONFIG, path, get_path(config, path), 0, "MTP / draft heads dropped (--no-mtp)"))
+                set_edit(edits, ConfigEdit(CONFIG, path, get_path(config, path), 0, why))
                 wrote = True
     if not wrote and fam.mtp.default_count:
         path = text_path + (fam.mtp.count_fields[0],)
-        set_edit(edits, ConfigEdit(CONFIG, path, MISSING, 0, "MTP dropped; vLLM would otherwise assume 1"))
+        set_edit(edits, ConfigEdit(CONFIG, path, MISSING, 0, ("no MTP tensors" if absent else "MTP dropped") + "; vLLM would otherwise assume 1"))
+    if absent:
+        return
     sm = inv.submodels["mtp"]
     issues.append(
         Issue(

@@ -11,11 +11,25 @@ CONFIGURATION = "trimming/configuration or missing dependency"
 CHECKPOINT = "checkpoint mapping/completeness"
 RESOURCES = "insufficient resources"
 DUMMY_LIMIT = "dummy initialisation or quantization post-processing limitation"
+QUANT_BUILD = "quantization / build limitation"
 DEFECT = "implementation defect"
 UNKNOWN = "unclassified"
 
 # (class, pattern, advice) in order of precedence: the first class with evidence wins.
 RULES: list[tuple[str, re.Pattern, str]] = [
+    # this vLLM build (its platform, its kernels, the dtype it serves) cannot run the output's
+    # quantization: the trim is not at fault, and no change to it would help
+    (QUANT_BUILD, re.compile(
+        r"(?i)is not supported for quantization method|"
+        r"quantization method [\w'\"]+ is not supported|"
+        r"Failed to find a kernel that can implement|"
+        r"\w*(?:Fp8|FP8|Int8|W8A8|Marlin|Awq|AWQ|Gptq|GPTQ)\w*Kernel requires|"
+        r"requires AMX|"
+        r"(?:fp8|FP8)[^\n]{0,60}(?:not supported|unsupported) on|"
+        r"compute capability[^\n]{0,60}(?:not supported|required|too low)|"
+        r"(?:Minimum|minimum) capability"),
+     "this vLLM build cannot run the output's quantization on this device (the trim is not the cause): "
+     "validate where that format runs (a GPU build, or a CPU with the instructions the quoted line names)"),
     (CHECKPOINT, re.compile(
         r"(?i)(missing|unexpected)[^\n]{0,40}(key|weight|tensor|parameter)s?\b|"
         r"no such tensor|KeyError: '[\w.]+\.(weight|bias|scale\w*)'|"
@@ -54,6 +68,10 @@ NOISE = re.compile(
 # "(EngineCore pid=1) ERROR 12-02 20:23:16 [core.py:1510] message": the level and the message
 LOG_LINE = re.compile(r"^(?:\(\w+ pid=\d+\)\s*)?(DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d [\d:]+ \[[^\]]*\]\s?(.*)$")
 EXCEPTION = re.compile(r"^(?:[\w.]+\.)?\w*(?:Error|Exception|Exit)\b(?::|$)")
+# errors that wrap their cause in indented lines ("1 validation error for VllmConfig" and,
+# below it, "  Value error, torch.float32 is not supported for quantization method fp8 ...")
+WRAPPER = re.compile(r"ValidationError: \d+ validation errors? for")
+ROOT_IN_WRAPPER = re.compile(r"^(?:Value error|Assertion failed|Input should|Field required|\w+ error),? ")
 
 
 @dataclass
@@ -73,15 +91,26 @@ def error_content(lines: list[str]) -> tuple[list[str], list[str]]:
     (a frame named process_weights_after_loading is where an error passed, not what it was)
     and the shutdown noise."""
     exceptions, others = [], []
+    wrapper_at = None  # a pydantic ValidationError: its cause is on the indented lines below it
     for raw in lines:
         m = LOG_LINE.match(raw.strip())
         if m and m.group(1) not in ("ERROR", "CRITICAL"):
+            wrapper_at = None
             continue
         content = m.group(2) if m else raw
         text = content.strip()
         if not text or NOISE.search(text):
             continue
+        if wrapper_at is not None and content.startswith((" ", "\t")):
+            if ROOT_IN_WRAPPER.match(text):
+                # the root line goes before its wrapper: it is what the evidence quotes
+                exceptions.insert(wrapper_at, text[:400])
+                wrapper_at += 1
+            continue
+        wrapper_at = None
         if EXCEPTION.match(text):
+            if WRAPPER.search(text):
+                wrapper_at = len(exceptions)
             exceptions.append(text[:400])
         elif not content.startswith((" ", "\t")) and not text.startswith(("File \"", "Traceback", "^", "~")):
             others.append(text[:400])
@@ -110,7 +139,9 @@ def classify(lines: list[str], returncode: int | None, stopped_by_us: bool, reas
                 continue
             evidence = _matches(candidates, pattern)
             if evidence:
-                return Verdict(category, summary, evidence, advice)
+                # the lines a multi-line message continues with (e.g. each kernel's reason)
+                more = [line for line in _matches(others, pattern) if line not in evidence]
+                return Verdict(category, summary, (evidence + more)[:4], advice)
     if exceptions:
         return Verdict(DEFECT, summary, exceptions[:3],
                        "an error this tool does not recognise as a trimming, checkpoint or resource problem: "

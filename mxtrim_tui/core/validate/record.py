@@ -8,7 +8,7 @@ import json
 import os
 from pathlib import Path
 
-from .run import FAILED, NOT_APPLICABLE, PASSED, Validation
+from .run import FAILED, UNVERIFIED, Validation
 
 HISTORY = "validation.json"
 SECTION = "## Validation"
@@ -41,32 +41,43 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
+def _status_cell(r) -> str:
+    if r.status == FAILED and r.verdict:
+        return f"failed: {r.verdict['class']}"
+    if r.status == UNVERIFIED:
+        return "not run (unverified)" if r.detail.startswith(("not run", "skipped")) else "unverified"
+    return r.status
+
+
 def render_section(v: Validation, runs: int, integrity_rows: list[str]) -> str:
-    lines = [SECTION, "", f"Last run {v.started} with `{v.python}` ({runs} run(s) in `{HISTORY}`; server log in `logs/serve.log`).", ""]
+    import shlex
+
+    vllm = (v.environment.get("packages", {}).get("vllm") or {}).get("version")
+    lines = [SECTION, "", f"Last run {v.started} with `{v.python}`" + (f" (vLLM {vllm}" if vllm else " (")
+             + (f", found from {v.python_origin})" if v.python_origin else ")")
+             + f"; {runs} run(s) in `{HISTORY}`; server log in `logs/serve.log`.", ""]
+    if v.settings:
+        lines += [f"Served with: {v.settings_line()}.", ""]
+    if v.serve_command:
+        lines += ["```", shlex.join(v.serve_command), "```", ""]
     lines += ["| check | status | detail |", "| --- | --- | --- |"]
     lines += integrity_rows
     for r in v.rows:
-        status = r.status
-        if r.status == FAILED and r.verdict:
-            status = f"failed: {r.verdict['class']}"
-        lines.append(f"| {_cell(r.check)} | {status} | {_cell(r.detail)} |")
+        lines.append(f"| {_cell(r.check)} | {_status_cell(r)} | {_cell(r.detail)} |")
     lines.append("")
-    if v.memory and "figures" in v.memory:
-        from .memory_check import summary
-
-        lines += [f"Memory at start-up, mxtrim's budget against vLLM's log: {summary(v.memory)}.", ""]
     for r in v.rows:
         if r.status == FAILED and r.verdict:
             lines += [f"**{r.check}** — {r.verdict['class']}: {r.verdict['summary']}", ""]
             lines += [f"    {e}" for e in r.verdict["evidence"]]
             lines += ["", f"Suggested: {r.verdict['advice']}", ""]
+    where = f" with the settings above ({v.settings_line()})" if v.settings else ""
     if v.mode == "weights":
-        lines.append("This checkpoint is **loadable** by this vLLM: a real-weight start-up and generation passed."
+        lines.append(f"This checkpoint is **loadable** by this vLLM{where}: a real-weight start-up and generation passed."
                      if v.loadable else
                      "This checkpoint is **not shown loadable**: a real-weight start-up and generation must both pass first.")
     else:
         lines.append("Dummy weights: a start-up and generation here exercise loading, kernels and execution paths, not accuracy.")
-    unverified = [r.check for r in v.rows if r.status not in (PASSED, FAILED, NOT_APPLICABLE)]
+    unverified = [r.check for r in v.rows if r.status == UNVERIFIED]
     if unverified:
         lines += ["", "Not executed, so **unverified**: " + ", ".join(unverified) + "."]
     if v.environment.get("warning"):

@@ -76,3 +76,26 @@ def chat(base: str, model: str, max_tokens: int = MIN_DECODE_TOKENS) -> RequestR
     prompt_tokens, completion_tokens = _usage(answer)
     ok = status == 200 and (completion_tokens or 0) >= max_tokens
     return RequestResult("chat", ok, status, secs, f"{prompt_tokens} prompt tokens (chat template), {completion_tokens} generated", prompt_tokens, completion_tokens, text)
+
+
+# vLLM's Prometheus counters of speculative decoding (V1: vllm/v1/metrics/loggers.py)
+SPEC_COUNTERS = {"drafted": "vllm:spec_decode_num_draft_tokens_total", "accepted": "vllm:spec_decode_num_accepted_tokens_total"}
+
+
+def spec_decode_counts(base: str) -> dict | None:
+    """Drafted and accepted token totals from the server's /metrics, or None when it exposes
+    no such counter."""
+    status, body, _secs = get(base + "/metrics")
+    if status != 200:
+        return None
+    found: dict[str, float] = {}
+    for line in body.splitlines():
+        for key, name in SPEC_COUNTERS.items():
+            if line.startswith(name + "{") or line.startswith(name + " "):
+                try:
+                    found[key] = found.get(key, 0.0) + float(line.rsplit(" ", 1)[1])
+                except ValueError:
+                    pass
+    if "drafted" not in found:
+        return None
+    return {"drafted": found["drafted"], "accepted": found.get("accepted", 0.0), "source": "/metrics"}

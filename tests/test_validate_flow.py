@@ -1,0 +1,141 @@
+"""The order of a validation's checks and its start-up wait, with stand-in servers: real
+processes answering real HTTP on loopback (the OpenAI routes mxtrim calls), started through
+``--launcher`` by the same code that starts vLLM. No vLLM needed: the offline checks run in a
+small environment that holds a package named vllm."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from engine_support import cli_argv
+from fixtures.tiny_models import make_servable_llama
+from test_vllm_discovery import make_env
+
+# --port P among the server flags; behaviour from argv[1]:
+#   slow-start  logs a line a second for 5 s, then answers
+#   stall       logs two lines, then nothing, never healthy
+#   dies        healthy, but exits at the first completion request
+STAND_IN = r'''
+import json, os, sys, time
+from http.server import BaseHTTPRequestHandler, HTTPServer
+mode = sys.argv[1]
+port = int(sys.argv[sys.argv.index("--port") + 1])
+model = sys.argv[sys.argv.index("--model") + 1]
+if mode == "slow-start":
+    for i in range(5):
+        print(f"INFO compiling kernels {i + 1}/5", flush=True)
+        time.sleep(1)
+elif mode == "stall":
+    print("INFO loading weights", flush=True)
+    print("INFO compiling kernels 2/9", flush=True)
+    while True:
+        time.sleep(1)
+
+class Handler(BaseHTTPRequestHandler):
+    def _send(self, doc):
+        body = json.dumps(doc).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def do_GET(self):
+        if self.path == "/health":
+            self._send({})
+        elif self.path == "/v1/models":
+            self._send({"data": [{"id": model}]})
+        else:
+            self.send_response(404); self.end_headers()
+    def do_POST(self):
+        doc = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        if mode == "dies":
+            print("ERROR engine core died", flush=True)
+            os._exit(3)
+        n = doc.get("max_tokens", 8)
+        usage = {"prompt_tokens": 5, "completion_tokens": n}
+        if "messages" in doc:
+            self._send({"choices": [{"message": {"content": "x" * n}}], "usage": usage})
+        else:
+            self._send({"choices": [{"text": "x" * n, "token_ids": [1] * n}], "usage": usage})
+    def log_message(self, *a):
+        pass
+
+print("INFO Application startup complete.", flush=True)
+HTTPServer(("127.0.0.1", port), Handler).serve_forever()
+'''
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    root = tmp_path_factory.mktemp("flow")
+    src = make_servable_llama(root / "llama", layers=2)
+    out = root / "llama-weights"
+    proc = subprocess.run(cli_argv("trim", str(src), "--mode", "weights", "--keep", "0", "--out", str(out)), capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    script = root / "stand_in.py"
+    script.write_text(STAND_IN)
+    return {"out": out, "script": script, "python": make_env(root / "env", vllm="0.32.0")}
+
+
+def validate(setup, mode: str, *extra: str, timeout: str = "3") -> tuple[subprocess.CompletedProcess, dict]:
+    launcher = f"{sys.executable} {setup['script']} {mode}"
+    proc = subprocess.run(cli_argv("validate", str(setup["out"]), "--serve", "--python", setup["python"], "--device", "cpu", "--json",
+                                   "--timeout", timeout, "--launcher", launcher, *extra), capture_output=True, text=True, timeout=120)
+    assert proc.stdout.strip(), proc.stderr[-2000:]
+    return proc, json.loads(proc.stdout)
+
+
+def rows(doc: dict) -> dict[str, dict]:
+    return {r["check"]: r for r in doc["rows"]}
+
+
+def test_checks_after_a_failed_one_are_skipped_with_the_reason_and_the_json_is_whole(setup):
+    """The server dies at the first request: generation fails; equivalence is not attempted
+    against a dead server (no traceback), it says why; the JSON and the record are written."""
+    proc, doc = validate(setup, "dies", "--equivalence")
+    r = rows(doc)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert r["start-up"]["status"] == "passed"
+    assert r["generation"]["status"] == "failed"
+    eq = r["equivalence with the original (greedy tokens)"]
+    assert eq["status"] == "unverified" and eq["detail"].startswith("skipped: the server exited")
+    history = json.loads((setup["out"] / "validation.json").read_text())
+    assert history["runs"][-1]["rows"] == doc["rows"]
+    readme = (setup["out"] / "README.md").read_text()
+    assert "| equivalence with the original (greedy tokens) | not run (unverified) | skipped: the server exited" in readme
+
+
+def test_a_start_that_keeps_logging_is_waited_for_past_the_timeout(setup):
+    proc, doc = validate(setup, "slow-start", timeout="3")
+    start = rows(doc)["start-up"]
+    assert start["status"] == "passed", start
+    assert float(start["detail"].split("after ")[1].split(" s")[0]) > 3  # longer than the timeout, still making progress
+
+
+def test_a_start_that_stops_making_progress_says_what_it_was_doing(setup):
+    proc, doc = validate(setup, "stall", timeout="2")
+    start = rows(doc)["start-up"]
+    assert proc.returncode == 1 and start["status"] == "failed"
+    assert start["detail"].startswith("no progress for 2 s") and "its last log line: INFO compiling kernels 2/9" in start["detail"]
+    assert doc["server_exit"]["survivors"] == []
+
+
+def test_every_check_is_listed_with_the_settings_used(setup):
+    """After a validation the output's README lists every check (run or not, with why) and
+    the settings the server actually ran with, next to the command it ran."""
+    proc, doc = validate(setup, "slow-start")
+    names = [r["check"] for r in doc["rows"]]
+    for check in ("start-up", "generation", "long input", "speculative decoding (MTP)", "image request",
+                  "equivalence with the original (greedy tokens)", "memory: predicted against logged"):
+        assert check in names
+    readme = (setup["out"] / "README.md").read_text()
+    section = readme[readme.index("## Validation"):]
+    assert "Served with: cpu, float32, context 256, 1 sequence(s), KV cache 64.0 MiB" in section
+    assert "| equivalence with the original (greedy tokens) | not run (unverified) | not run (validate --equivalence) |" in section
+    assert "| long input | not applicable |" in section
+    assert "--kv-cache-memory-bytes 67108864" in section  # the command that ran
+    assert doc["settings"]["dtype"] == "float32" and doc["settings"]["max_model_len"] == 256

