@@ -82,11 +82,14 @@ class Handler(BaseHTTPRequestHandler):
 ThreadingHTTPServer(("127.0.0.1", port), Handler).serve_forever()
 '''
 
-# Stands for vLLM's interpreter: the offline probe (`PY -I probe.py ...`) finds nothing to
-# check; `PY -m vllm.entrypoints.openai.api_server ARGS` runs the stand-in server.
+# Stands for vLLM's interpreter: asked where vllm is (`PY -I -c ...`) it names one; the
+# offline probe (`PY -I probe.py ...`) finds nothing to check; `PY -m MODULE ARGS` runs the
+# stand-in server.
 FAKE_PYTHON = """#!/bin/sh
+if [ "$1" = "-I" ] && [ "$2" = "-c" ]; then echo '{"origin": "/stand-in/vllm/__init__.py", "version": "0.0", "distribution": "vllm"}'; exit 0; fi
 if [ "$1" = "-I" ]; then echo '{"checks": []}'; exit 0; fi
 shift 2
+if [ "$1" = "serve" ]; then shift; model="$1"; shift; set -- --model "$model" "$@"; fi
 exec "$FAKE_INTERPRETER" "$FAKE_SERVER" "$@"
 """
 
@@ -246,7 +249,7 @@ def test_a_server_that_never_opens_its_port_is_stopped_at_the_timeout(run):
     out = run.output()
     proc = subprocess.run(run.validate_argv(out, "--timeout", "2"), capture_output=True, text=True, env=run.env("hang"), timeout=60)
     doc = json.loads(proc.stdout)
-    assert proc.returncode == 1 and "not healthy after 2 s" in rows(doc)["start-up"]["detail"]
+    assert proc.returncode == 1 and "no progress for 2 s" in rows(doc)["start-up"]["detail"]
     run.pid_of("server.pid"), run.pid_of("child.pid")
     run.assert_clean()
 

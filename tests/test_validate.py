@@ -340,6 +340,13 @@ def test_family_dummy_trim_is_served(family_outputs, family):
     assert r["start-up"]["status"] == "passed" and r["generation"]["status"] == "passed"
     if family == "gemma3_text":  # a prompt past the kept sliding window
         assert r["long input"]["status"] == "passed"
+    # the budget's prediction agrees with what vLLM logged, the hybrid sliding / full KV pool of
+    # Gemma-3 included (vLLM counts whole blocks per group, one more for a sliding window)
+    memory = doc["memory"]
+    assert memory["agree"] is True and r["memory: predicted against logged"]["status"] == "passed", memory
+    assert memory["figures"]["kv_tokens"]["predicted"] == memory["figures"]["kv_tokens"]["actual"]
+    # a dummy output holds no weights: they are predicted from the kept tensors of its source
+    assert memory["figures"]["weights_bytes"]["predicted"] > 0
 
 
 @needs_vllm

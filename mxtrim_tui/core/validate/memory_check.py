@@ -36,14 +36,74 @@ def predict(out: Path, opts, gpu_total_bytes: int | None = None) -> dict:
                           kv_cache_dtype=opts.dtype if opts.dtype == "float32" else "auto")
     b = compute_budget(plan, inputs)
     available = opts.kv_cache_memory_bytes if opts.kv_cache_memory_bytes is not None else b.available_kv_bytes
-    tokens = None
+    tokens = concurrency = None
     if available is not None and b.kv_per_token:
-        tokens = max(0, available - b.state_bytes_per_seq * opts.max_num_seqs) // b.kv_per_token // BLOCK_SIZE * BLOCK_SIZE
+        exact = vllm_kv_capacity(plan, b, opts, available)
+        if exact is not None:
+            tokens, concurrency = exact
+        else:
+            tokens = max(0, available - b.state_bytes_per_seq * opts.max_num_seqs) // b.kv_per_token // BLOCK_SIZE * BLOCK_SIZE
+            concurrency = tokens / opts.max_model_len
     # weights as stored (the CPU build, which serves float32, logs no weights figure)
     weights_bytes = b.weights_per_gpu if inv.source.shards else weights
     return {"weights_bytes": weights_bytes, "available_kv_bytes": available, "kv_tokens": tokens,
-            "max_concurrency": tokens / opts.max_model_len if tokens is not None else None,
+            "max_concurrency": concurrency,
             "kv_bytes_per_token": b.kv_per_token}
+
+
+def kv_block_size(device: str, mla: bool) -> int:
+    """vLLM's default KV block: on the CPU build 128 tokens, 16 for its MLA kernel
+    (``CpuPlatform.check_and_update_config``); on GPUs 16, 64 for FlashMLA."""
+    if device == "cpu":
+        return 16 if mla else 128
+    return 64 if mla else 16
+
+
+def vllm_kv_capacity(plan, budget, opts, available: int) -> tuple[int, float] | None:
+    """(tokens, concurrency) as vLLM reports them at start-up ("KV cache size: N tokens,
+    Maximum concurrency ..."), from its own arithmetic (``vllm/v1/core/kv_cache_utils.py``):
+    layers are bucketed by kind; a hybrid model's buckets are split into groups of
+    ``group_size`` layers (the smallest bucket, or the largest when that is < 1.5x it); the
+    pool holds ``available // (page × group_size)`` blocks; a request at the full context needs
+    ``cdiv(context, block)`` blocks per full-attention group and ``cdiv(min(window - 1 +
+    batched, context), block) + 1`` per sliding group; tokens = blocks / per-request × context.
+    None where that arithmetic is not modelled here (recurrent state, unequal pages)."""
+    from ..model.families.base import CHUNKED, DSA_FULL, DSA_SHARED, FULL, MLA, NOPE_GLOBAL, SLIDING
+    from ..plan.build import text_config
+
+    buckets: dict[str, list[int]] = {}
+    for line in budget.kv_lines:
+        if line.kind not in (FULL, SLIDING, NOPE_GLOBAL, MLA, DSA_FULL, DSA_SHARED, CHUNKED) or budget.state_bytes_per_seq:
+            return None
+        key = "sliding" if line.kind in (SLIDING, CHUNKED) else "full"
+        buckets.setdefault(key, []).extend([line.bytes_per_token] * line.layers)
+    per_layer = {n for layers in buckets.values() for n in layers}
+    if len(per_layer) != 1 or not buckets:
+        return None
+    mla = any(line.kind in (MLA, DSA_FULL, DSA_SHARED) for line in budget.kv_lines)
+    block = kv_block_size(opts.device, mla)
+    page = block * per_layer.pop()
+    context = opts.max_model_len
+    batched = max(opts.max_model_len, 256)
+    cfg = text_config(plan)
+    window = cfg.get("sliding_window") or cfg.get("attention_chunk_size") or 0
+    sizes = [len(v) for v in buckets.values()]
+    group = min(sizes) if len(sizes) > 1 else sizes[0]
+    if len(sizes) > 1 and max(sizes) < min(sizes) * 1.5:
+        group = max(sizes)
+    blocks = available // (page * group)
+    per_request = 0
+    for kind, layers in buckets.items():
+        groups = -(-len(layers) // group)
+        if kind == "sliding" and isinstance(window, int) and window > 0:
+            need = -(-min(window - 1 + batched, context) // block) + 1
+        else:
+            need = -(-context // block)
+        per_request += groups * need
+    if not per_request:
+        return None
+    concurrency = blocks / per_request
+    return int(concurrency * context), concurrency
 
 
 def source_weights(out: Path, opts) -> int | None:

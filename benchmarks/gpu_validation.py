@@ -1,0 +1,122 @@
+"""Validation verdicts on a real GPU: dummy and real-weight trims of tiny Llama, Qwen3-MoE,
+Gemma-3 and the block-FP8 DeepSeek-V3 demo (MLA, MoE, MTP) served by the vLLM of this machine,
+with equivalence for real weights and speculative decoding through the kept MTP layer.
+
+    python benchmarks/gpu_validation.py WORKDIR [--device cuda] [--only NAME ...]
+
+Writes WORKDIR/results.json (every validation document) and WORKDIR/table.md (verdicts, KV
+tokens predicted / logged). Not a test: CI has no GPU; the verdict logic it exercises is tested
+on the CPU (tests/test_verdicts.py, tests/test_validate*.py). The README's GPU table is this
+script's table.md from the device machine (vLLM 0.26.0, CUDA build, one H200)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+
+from fixtures import tiny_models as tm  # noqa: E402
+
+# name: (builder or "demo", kept layers, extra validate flags for real weights)
+MODELS = {
+    "llama": (lambda p: tm.make_servable_llama(p, layers=4), "0", ["--equivalence"]),
+    "qwen3_moe": (tm.make_servable_qwen3_moe, "1,3", ["--equivalence"]),
+    "gemma3_text": (tm.make_servable_gemma3_text, "0,2", ["--equivalence"]),
+    "deepseek_v3_fp8_mtp": ("demo", "0,2", ["--speculative", "--equivalence"]),
+}
+
+
+def mxtrim(*args: str, timeout: float = 1800) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "mxtrim_tui", *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+
+
+def source(name: str, work: Path) -> Path:
+    builder = MODELS[name][0]
+    if builder == "demo":
+        from mxtrim_tui.demo.build import build_demo
+
+        path = work / "src" / name
+        if not path.exists():
+            build_demo(path)
+        return path
+    path = work / "src" / name
+    return path if (path / "config.json").exists() else builder(path)
+
+
+def cell(doc: dict, check: str) -> str:
+    row = next((r for r in doc.get("rows", []) if r["check"] == check), None)
+    if row is None:
+        return "—"
+    status = row["status"]
+    if status == "failed" and row.get("verdict"):
+        status += f": {row['verdict']['class']}"
+    if check.startswith("equivalence") and row.get("data", {}).get("verdict"):
+        status = f"{status} ({row['data']['verdict']})"
+    if check.startswith("speculative") and (row.get("data") or {}).get("spec_decode"):
+        c = row["data"]["spec_decode"]
+        status += f" ({c['drafted']:g} drafted, {c['accepted']:g} accepted)"
+    return status
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("work", type=Path)
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--only", nargs="*")
+    ap.add_argument("--timeout", default="300")
+    args = ap.parse_args()
+    work = args.work.resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    results_path = work / "results.json"
+    results = json.loads(results_path.read_text()) if results_path.exists() else {}
+    for name in args.only or MODELS:
+        src = source(name, work)
+        keep, extra = MODELS[name][1], MODELS[name][2]
+        for mode in ("dummy", "weights"):
+            key = f"{name}/{mode}"
+            if key in results:
+                continue
+            out = work / "out" / f"{name}-{mode}"
+            if not out.exists():
+                proc = mxtrim("trim", str(src), "--mode", mode, "--keep", keep, "--out", str(out))
+                if proc.returncode != 0:
+                    results[key] = {"error": proc.stderr[-2000:]}
+                    continue
+            flags = ["--serve"] + (extra if mode == "weights" else [f for f in extra if f == "--speculative"])
+            started = time.monotonic()
+            proc = mxtrim("validate", str(out), "--device", args.device, "--json", "--timeout", args.timeout, *flags)
+            try:
+                doc = json.loads(proc.stdout)
+            except ValueError:
+                doc = {"error": (proc.stderr or proc.stdout)[-2000:]}
+            doc["wall_s"] = round(time.monotonic() - started, 1)
+            doc["exit"] = proc.returncode
+            results[key] = doc
+            results_path.write_text(json.dumps(results, indent=1))
+            print(f"{key}: exit {proc.returncode} in {doc['wall_s']} s", flush=True)
+    lines = ["| model | mode | start-up | generation | long input | speculative (MTP) | equivalence | KV tokens predicted / logged | exit |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for key, doc in results.items():
+        name, mode = key.split("/")
+        if "rows" not in doc:
+            lines.append(f"| {name} | {mode} | error: {doc.get('error', '')[:120]!r} | | | | | | |")
+            continue
+        kv = ((doc.get("memory") or {}).get("figures") or {}).get("kv_tokens") or {}
+        tokens = f"{kv.get('predicted') or 0:,} / {kv.get('actual') or 0:,}" + (f" ({kv['ratio']:.2f}×)" if kv.get("ratio") else "")
+        lines.append(f"| {name} | {mode} | {cell(doc, 'start-up')} | {cell(doc, 'generation')} | {cell(doc, 'long input')} | "
+                     f"{cell(doc, 'speculative decoding (MTP)')} | {cell(doc, 'equivalence with the original (greedy tokens)')} | "
+                     f"{tokens} | {doc['exit']} |")
+    (work / "table.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
