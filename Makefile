@@ -9,7 +9,7 @@ STAMP := $(VENV)/.mxtrim-installed
 VLLM_VENV := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.vllm-installed
 
-.PHONY: run test bench screenshots clean-venv
+.PHONY: run test vllm bench screenshots clean-venv
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -30,8 +30,12 @@ $(VLLM_STAMP):
 	$(VLLM_VENV)/bin/python -c "import vllm"
 	touch $(VLLM_STAMP)
 
+# The wizard validates with the vLLM of .venv-vllm when it exists (`make vllm` or `make test`
+# makes it); otherwise mxtrim looks for vLLM as the README says.
 run: $(STAMP)
-	$(BIN)/mxtrim
+	$(if $(wildcard $(VLLM_VENV)/bin/python),MXTRIM_VLLM_PYTHON=$(abspath $(VLLM_VENV))/bin/python) $(BIN)/mxtrim
+
+vllm: $(VLLM_STAMP)
 
 test: $(STAMP) $(VLLM_STAMP)
 	MXTRIM_VLLM_PYTHON=$(abspath $(VLLM_VENV))/bin/python $(BIN)/python -m pytest -q
