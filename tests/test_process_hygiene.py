@@ -422,12 +422,11 @@ def test_the_wizard_terminated_or_hung_up_on_stops_its_validation_and_server(run
         until(next_step, 60, "the run step", step=0)
         term.type(b"\x13")  # ctrl+s: write the output
 
-        def validate() -> bool:  # `v` is refused while the trim runs: again until the server is up
-            term.type(b"v")
-            time.sleep(0.4)
-            return (run.marks / "child.pid").exists()
-
-        until(validate, 90, "the validation's server", step=0)
+        until(lambda: "written:" in term.screen.decode("utf-8", "replace"), 90, "the trim to finish")
+        term.type(b"v")  # the validate dialog: it finds the stand-in vLLM, Ctrl+S starts
+        until(lambda: "vLLM 0.0 at" in term.screen.decode("utf-8", "replace"), 60, "the dialog to find vLLM")
+        term.type(b"\x13")
+        until(lambda: (run.marks / "child.pid").exists(), 90, "the validation's server")
         run.pid_of("server.pid"), run.pid_of("child.pid")
         for child in psutil.Process(term.pid).children(recursive=True):
             run.seen[child.pid] = child  # the `mxtrim validate` child too

@@ -371,8 +371,9 @@ async def test_80x24_numbers_visible_summary_scrolls_help_in_footer(tmp_path, de
     async with app.run_test(size=SIZE) as pilot:
         await loaded(app, pilot)
         recent = app.screen.query_one("#recent")
-        assert recent.virtual_size.height == 1  # one line, not wrapped mid-word
-        assert str(recent.get_option_at_index(0).prompt).startswith("Some-Model-Name-Instruct")  # name first
+        # the source just read comes first, then the long one: one line each, not wrapped mid-word
+        assert recent.virtual_size.height == recent.option_count == 2
+        assert str(recent.get_option_at_index(1).prompt).startswith("Some-Model-Name-Instruct")  # name first
         for step in ("source", "inventory", "selection", "budget", "output", "run"):
             await goto(app, pilot, step)
             await pilot.pause(0.3)  # the footer recomposes for the new screen

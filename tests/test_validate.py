@@ -227,15 +227,22 @@ async def test_wizard_validates_after_a_write_streams_the_log_and_leaves_no_proc
         def log_text() -> str:
             return "\n".join(str(line.text) for line in log.lines)
 
+        async def validate_from_the_dialog() -> None:
+            """`v` opens the dialog; it finds vLLM as the CLI does ($MXTRIM_VLLM_PYTHON here); Ctrl+S starts."""
+            await pilot.press("v")
+            assert await wait_for(pilot, lambda: "✓ vLLM 0.32.0" in plain(app.screen.query_one("#validate-found"), width=400), timeout=60)
+            assert "$MXTRIM_VLLM_PYTHON" in plain(app.screen.query_one("#validate-found"), width=400)
+            await pilot.press("ctrl+s")
+
         # start, then stop it while the server starts: nothing is left
-        await pilot.press("v")
+        await validate_from_the_dialog()
         assert await wait_for(pilot, lambda: "[serve] starting" in log_text(), timeout=120)
         await pilot.pause(3)
         await pilot.press("escape")
         assert await wait_for(pilot, lambda: "stopped" in plain(run.query_one("#run-status")), timeout=90)
         assert servers(tmp_path) == []
         # again, to the end: the server's own log lines and each verdict appear
-        await pilot.press("v")
+        await validate_from_the_dialog()
         def finished() -> bool:
             status = plain(run.query_one("#run-status"))
             return not run.running and ("✓ validated" in status or "✗" in status)

@@ -12,6 +12,7 @@ import os
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from functools import partial
 from pathlib import Path
@@ -38,6 +39,8 @@ from .keymap import binding_scopes, check_keymap
 from .settings import config_dir, remember_source
 from .state import WizardState
 
+EXIT_GRACE = 5.0  # seconds the app has to finish exiting once its children are stopped
+
 
 class ErrorScreen(ModalScreen[None]):
     """The one place errors are shown."""
@@ -60,21 +63,31 @@ class ErrorScreen(ModalScreen[None]):
 
 
 class ConfirmQuitScreen(ModalScreen[bool]):
-    """Quitting while a trim runs: say what will happen and ask."""
+    """Quitting while a trim or a validation runs: say what will happen and ask."""
 
     BINDINGS = [
         Binding("y", "answer(True)", "Quit", id="quit.yes"),
         Binding("n,escape", "answer(False)", "Stay", id="quit.no"),
     ]
+    TEXTS = {
+        "trim": ("A trim is still running.",
+                 "Quit now? The trim is stopped and its partial output removed; nothing is left half-written.",
+                 "keep it running"),
+        "validate": ("A validation is still running.",
+                     "Quit now? The validation is stopped and its vLLM server shut down first; nothing is left "
+                     "running. The output itself is not touched.",
+                     "let it finish"),
+    }
+
+    def __init__(self, kind: str = "trim") -> None:
+        super().__init__()
+        self.kind = kind if kind in self.TEXTS else "trim"
 
     def compose(self):
+        title, body, stay = self.TEXTS[self.kind]
         with Vertical(id="confirm-box"):
-            yield Static("[b yellow]A trim is still running.[/]", id="confirm-title")
-            yield Static(
-                "Quit now? The trim is stopped and its partial output removed; nothing is left "
-                "half-written.\n\n[b]y[/] quit and stop it · [b]n[/] / Esc keep it running",
-                id="confirm-message",
-            )
+            yield Static(f"[b yellow]{title}[/]", id="confirm-title")
+            yield Static(f"{body}\n\n[b]y[/] quit and stop it · [b]n[/] / Esc {stay}", id="confirm-message")
 
     def action_answer(self, quit_now: bool) -> None:
         self.dismiss(quit_now)
@@ -136,6 +149,8 @@ class MxtrimApp(App):
         self.tree_root = tree_root
         self.gpu_probe = gpu_probe
         self._children: dict[subprocess.Popen, float] = {}  # child -> seconds it may take to stop
+        self._stopping: int | None = None  # the signal being handled
+        self._loop = None
         self.keymap_problems: list[str] = []
         atexit.register(self._kill_children)
 
@@ -158,19 +173,35 @@ class MxtrimApp(App):
     def _install_signal_handlers(self) -> None:
         """Killed politely (SIGTERM), its terminal closed (SIGHUP) or interrupted (SIGINT): the
         children are stopped first (a validation stops its server before it exits), then the
-        app exits with 128 + the signal. In the event loop, so that the app is between events."""
-        loop = asyncio.get_running_loop()
+        app exits with 128 + the signal. Python-level handlers, not the event loop's: they run
+        even while the loop is busy or blocked, and the stopping happens in a thread of its own;
+        if the normal exit has not happened a few seconds after the children are gone (a
+        hung-up terminal that cannot be drawn on, a stuck loop), the process exits anyway. A
+        second signal kills the children at once."""
+        self._loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
             if signal.getsignal(sig) is signal.SIG_IGN:
                 continue  # e.g. nohup: the user asked for the wizard to outlive the terminal
             try:
-                loop.add_signal_handler(sig, self._signalled, sig)
-            except (ValueError, RuntimeError, NotImplementedError):
+                signal.signal(sig, self._signalled)
+            except (ValueError, OSError):
                 pass
 
-    def _signalled(self, sig: int) -> None:
+    def _signalled(self, sig: int, frame=None) -> None:
+        if self._stopping is not None:  # again: no more waiting
+            self._kill_children(hard=True)
+            os._exit(128 + self._stopping)
+        self._stopping = sig
+        threading.Thread(target=self._stop_and_exit, args=(sig,), name="mxtrim-signal", daemon=True).start()
+
+    def _stop_and_exit(self, sig: int, grace: float = EXIT_GRACE) -> None:
         self._kill_children()
-        self.exit(return_code=128 + sig)
+        try:
+            self._loop.call_soon_threadsafe(partial(self.exit, return_code=128 + sig))
+        except RuntimeError:  # the loop is closed: the app is exiting already
+            pass
+        time.sleep(grace)
+        os._exit(128 + sig)  # the app did not finish exiting: nothing of it is worth waiting for
 
     @work(thread=True, group="leftovers", exit_on_error=False)
     def _report_leftovers(self) -> None:
@@ -186,7 +217,10 @@ class MxtrimApp(App):
         """The user's keymap.json: applied entry by entry; each mistake reported once, here and
         in F1 help."""
         screens = {cls.STEP: cls.BINDINGS for cls in (SourceScreen, InventoryScreen, SelectionScreen, BudgetScreen, OutputScreen, RunScreen)}
-        screens |= {"help": HelpScreen.BINDINGS, "error": ErrorScreen.BINDINGS, "confirm quit": ConfirmQuitScreen.BINDINGS}
+        from .screens.validate_dialog import ValidateDialog
+
+        screens |= {"help": HelpScreen.BINDINGS, "error": ErrorScreen.BINDINGS, "confirm quit": ConfirmQuitScreen.BINDINGS,
+                    "validate dialog": ValidateDialog.BINDINGS}
         check = check_keymap(config_dir() / "keymap.json", binding_scopes(self.BINDINGS, WizardScreen.BINDINGS, screens))
         self.keymap_problems = check.problems
         if check.keymap:
@@ -327,9 +361,15 @@ class MxtrimApp(App):
             grace = self._children.get(proc, 5.0)
             self.run_worker(partial(terminate, proc, grace), thread=True, group="cancel", exit_on_error=False)
 
-    def _kill_children(self) -> None:
+    def _kill_children(self, hard: bool = False) -> None:
         for proc, grace in list(self._children.items()):
-            terminate(proc, grace=grace)
+            if hard:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            else:
+                terminate(proc, grace=grace)
         self._children.clear()
 
     def children_running(self) -> bool:
@@ -337,7 +377,7 @@ class MxtrimApp(App):
 
     async def action_quit(self) -> None:
         if self.children_running() and not isinstance(self.screen, ConfirmQuitScreen):
-            self.push_screen(ConfirmQuitScreen(), self._quit_answered)
+            self.push_screen(ConfirmQuitScreen(getattr(self.get_screen("run"), "kind", "trim")), self._quit_answered)
             return
         self._quit_now()
 

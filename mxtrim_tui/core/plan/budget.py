@@ -313,7 +313,7 @@ def advise(b: Budget) -> list[str]:
     experts or narrower dimensions before those; TP is a separate decision."""
     out = []
     if b.available_kv_bytes is None:
-        return ["no GPU memory figure: type the GPU memory (GiB) to predict vLLM's KV budget"]
+        return ["no GPU memory figure: give the GPU memory in GiB (--gpu-memory, or the budget step's GPU memory field) to predict vLLM's KV budget"]
     if b.available_kv_bytes < 0:
         out.append("weights + activations exceed the budget: raise --gpu-memory-utilization or TP before anything else")
     if b.fits is False:

@@ -641,7 +641,7 @@ def _read_indexed_shards(root: Path, index_path: Path, at_top: dict):
     if absent_shards:
         held = len(shards) + len(absent_shards)
         warnings.append(
-            f"{INDEX_NAME}: {len(absent_shards)} of the {held} shards it lists are not present; "
+            f"{INDEX_NAME}: {len(absent_shards)} of the {held} shards it lists {'is' if len(absent_shards) == 1 else 'are'} not present; "
             "inventory and dummy trims work from the index, a real-weight trim needs the shards holding kept tensors"
         )
     return shards, absent_shards, warnings, total

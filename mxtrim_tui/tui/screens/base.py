@@ -86,7 +86,9 @@ class HelpScreen(ModalScreen[None]):
         self.target = screen
 
     def compose(self) -> ComposeResult:
-        lines = [f"# {getattr(self.target, 'TITLE_TEXT', type(self.target).__name__)}", "", getattr(self.target, "HELP", "")]
+        # "<model>" would be taken for HTML and vanish: help texts are prose, shown literally
+        help_text = getattr(self.target, "HELP", "").replace("<", "\\<")
+        lines = [f"# {getattr(self.target, 'TITLE_TEXT', type(self.target).__name__)}", "", help_text]
         lines += ["", "**Keys**", ""]
         seen = set()
         step = getattr(self.target, "STEP", "")

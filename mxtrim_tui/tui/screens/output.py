@@ -17,7 +17,8 @@ from ...core.write.writer import asset_files, check_output_location
 from .base import WizardScreen
 from .budget import output_bytes
 
-WEIGHTS_LABEL = "Real weights (byte-exact shards + extraction script)"
+WEIGHTS_LABEL = "[w] Real weights (byte-exact shards + extraction script)"
+DUMMY_LABEL = "[d] Dummy (config + tokenizer, --load-format dummy)"
 
 
 def location_problem(state) -> str | None:
@@ -40,12 +41,17 @@ class OutputScreen(WizardScreen):
         "Type any output directory (relative paths are taken from the workspace); what you type is "
         "kept until you change it. Left empty, the default "
         "tools/batched_test/models/<model>-<mode>-<N>layers under the workspace follows the layers "
-        "and mode you choose, and never names an existing directory. Ctrl+L goes to the path box. The location is "
+        "and mode you choose, and never names an existing directory. d chooses dummy, w real weights (outside the path box) "
+        "(the chosen mode is shown in bold with ●). Ctrl+L goes to the path box; spaces around what you type are "
+        "dropped (and said so). The location is "
         "checked as you type (exists, inside the source, writable, free space). Ctrl+S writes."
     )
     BINDINGS = [
         Binding("ctrl+s", "write", "Write", id="output.write"),
         Binding("ctrl+l", "focus_path", "Path", id="output.focus_path"),
+        # shown in the mode labels themselves: the footer has no room at 80 columns
+        Binding("d", "mode('dummy')", "Dummy mode", id="output.dummy", show=False),
+        Binding("w", "mode('weights')", "Real weights mode", id="output.weights", show=False),
     ]
     AUTO_FOCUS = "#mode"  # Tab goes on to the path box; the body scrolls (shift+Tab) at 80x24
 
@@ -58,8 +64,8 @@ class OutputScreen(WizardScreen):
         with VerticalScroll(id="output-body"):
             yield Label("Mode")
             with RadioSet(id="mode"):
-                yield RadioButton("Dummy (config + tokenizer, --load-format dummy)", value=True, id="mode-dummy")
-                yield RadioButton(WEIGHTS_LABEL, id="mode-weights")
+                yield RadioButton(Text(DUMMY_LABEL), value=True, id="mode-dummy")
+                yield RadioButton(Text(WEIGHTS_LABEL), id="mode-weights")
             yield Label("Output directory")
             yield Input(id="out-path")
             yield Static("", id="output-summary")
@@ -96,6 +102,8 @@ class OutputScreen(WizardScreen):
             t.add_row(Text("writes to", style="bold red"), Text(f"✗ {problem}", style="bold red"))
         else:
             t.add_row("writes to", Text(str(st.output_path), style="bold green"))
+        if getattr(self, "_stripped", False):
+            t.add_row("", Text("spaces around the path you typed are not part of it", style="yellow"))
         t.add_row("layers", f"{plan.new_depth} text layer(s) {plan.kept.get('text')}" + (f", MTP {'kept' if plan.mtp_kept else 'dropped'}" if "mtp" in plan.inventory.submodels else ""))
         files = ["config.json (rewritten)", *[f for f in plan.new_documents if f != "config.json"]]
         assets = [f.path for f in asset_files(plan)]
@@ -134,10 +142,22 @@ class OutputScreen(WizardScreen):
 
     def _offer_weights(self, blocker: str | None) -> None:
         """Real weights cannot be chosen while they are blocked (once chosen, the choice stays
-        on screen, blocked, until the user picks dummy: never switched behind their back)."""
+        on screen, blocked, until the user picks dummy: never switched behind their back). The
+        chosen mode reads differently from the other: bold, marked ●, "(chosen)"."""
         button = self.query_one("#mode-weights", RadioButton)
         button.disabled = bool(blocker) and self.app.state.mode != "weights"
-        button.label = "Real weights — unavailable, see below" if blocker else WEIGHTS_LABEL
+        labels = {"dummy": DUMMY_LABEL, "weights": "[w] Real weights — unavailable, see below" if blocker else WEIGHTS_LABEL}
+        for mode, label in labels.items():
+            chosen = self.app.state.mode == mode
+            self.query_one(f"#mode-{mode}", RadioButton).label = Text(
+                f"{label}" + ("  ● chosen" if chosen else ""), style="bold" if chosen else "dim")
+
+    def action_mode(self, mode: str) -> None:
+        button = self.query_one(f"#mode-{mode}", RadioButton)
+        if button.disabled:
+            self.notify(self.app.state.weights_blocker() or "not available", severity="warning")
+            return
+        button.value = True
 
     @on(RadioSet.Changed, "#mode")
     def _mode(self, event: RadioSet.Changed) -> None:
@@ -151,6 +171,12 @@ class OutputScreen(WizardScreen):
     def _path(self, event: Input.Changed) -> None:
         st = self.app.state
         value = event.value
+        if value != value.strip() and value.strip():
+            # " x" would name a directory called " x": what is meant is "x"
+            self._stripped = True
+            value = value.strip()
+        else:
+            self._stripped = False
         if value == self._default_shown or not value.strip():
             st.output_text = None  # the default (shown by the screen, or typed back), or nothing
         else:

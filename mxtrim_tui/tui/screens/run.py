@@ -17,13 +17,18 @@ from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Vertical
+from textual.containers import Vertical, VerticalScroll
 from textual.message import Message
 from textual.widgets import Label, ProgressBar, RichLog, Static
 
 from ...core.units import human_bytes
 from .base import WizardScreen
 
+# what the status line says while a stage of the write runs
+STAGE_WORDS = {
+    "budget": "checking the disk budget", "files": "writing config and assets", "extract": "copying tensors",
+    "verify": "verifying hashes", "structure": "checking the structure against transformers", "write": "writing",
+}
 clock = time.monotonic  # a module name, so that a snapshot test can pin the elapsed times
 LOG_LINES = 2000
 LINE_LIMIT = 400  # very long lines are cut, the rest of the log stays readable
@@ -59,16 +64,25 @@ class RunScreen(WizardScreen):
     HELP = (
         "The trim runs as a child process — the same `mxtrim trim` the CLI offers — and its "
         "progress and log stream here (stdout plain, stderr yellow; the log follows the end only "
-        "while you are at the bottom). Escape cancels a running trim: the child is terminated and "
-        "removes its partial output; with nothing running, Escape goes back to the output step. "
-        "After a write, the serve command of the output's README is shown here, and `v` validates "
-        "the output: offline loads in vLLM's interpreter, then a real `vllm serve` (its log streams "
-        "here) with health, completion and chat requests; each check fills in as it completes and "
-        "a failure is classified with its evidence. vLLM's interpreter is $MXTRIM_VLLM_PYTHON, else "
-        "this one. Escape stops the validation and its server; quitting never leaves a server behind."
+        "while you are at the bottom; `l` gives the log the whole screen and back). Escape cancels "
+        "a running trim: the child is terminated and removes its partial output; with nothing "
+        "running, Escape goes back to the output step. After a write, the serve command of the "
+        "output's README is shown here.\n\n"
+        "`v` opens the validate dialog: the output to validate (the one just written, or any other "
+        "directory mxtrim wrote), the vLLM interpreter, and the checks — vllm serve, speculative "
+        "decoding through a kept MTP layer, equivalence with the original model (real weights). "
+        "vLLM is found by the same rule as `mxtrim validate`: --python (the CLI's flag), "
+        "$MXTRIM_VLLM_PYTHON, the interpreter typed in the dialog (kept for next time), a `vllm` "
+        "command on PATH, this interpreter; the dialog shows which one will run and where it came "
+        "from, and when none holds vLLM it says where it looked and nothing is started. "
+        "The validation runs offline loads in that interpreter, then a real `vllm serve` (its log "
+        "streams here) with health, completion and chat requests; each check fills in as it "
+        "completes and a failure is classified with its evidence. Escape stops the validation and "
+        "its server; quitting never leaves a server behind."
     )
     BINDINGS = [
         Binding("v", "validate", "Validate", id="run.validate"),
+        Binding("l", "toggle_log", "Log on the whole screen", id="run.log", show=False),  # the log title says it
         Binding("c", "copy_command", "Copy command", id="run.copy"),
         Binding("escape", "cancel", "Cancel", id="run.cancel"),
         Binding("escape", "back", "Back", id="run.back", show=False),  # ^b Back is shown
@@ -89,20 +103,30 @@ class RunScreen(WizardScreen):
     def compose(self) -> ComposeResult:
         yield from self.compose_header()
         with Vertical(id="run-body"):
-            yield Static("Nothing started. Ctrl+S writes the output chosen in step 5.", id="run-status")
+            yield Static("Nothing started. Ctrl+S writes the output chosen in step 5; v validates an output.", id="run-status")
             yield ProgressBar(id="run-progress", show_eta=False)
             yield Static("", id="run-stats")
-            yield Label("Log", classes="pane-title")
+            yield Label("Log (l: whole screen)", classes="pane-title")
             # auto_scroll off: the anchor below follows the tail, and lets go while the user reads
             # higher up (a per-write "am I at the bottom?" check misses bursts of lines written
-            # before the pending scroll has happened, and then stops following for good)
-            yield RichLog(id="run-log", max_lines=LOG_LINES, wrap=False, markup=False, highlight=False, auto_scroll=False)
-            yield Static("", id="run-validation")
+            # before the pending scroll has happened, and then stops following for good).
+            # Long lines wrap: nothing of a server's error is cut off at 80 columns.
+            yield RichLog(id="run-log", max_lines=LOG_LINES, wrap=True, markup=False, highlight=False, auto_scroll=False)
+            with VerticalScroll(id="run-validation-box"):
+                yield Static("", id="run-validation")
             yield Static("", id="run-serve")
         yield from self.compose_footer()
 
     def on_mount(self) -> None:
         self.query_one("#run-log", RichLog).anchor()
+        self.query_one("#run-progress", ProgressBar).display = False  # no bar until something runs
+
+    def action_toggle_log(self) -> None:
+        """The log takes the whole screen (a validation's server log at 80×24), and back."""
+        if self.maximized is not None:
+            self.minimize()
+        else:
+            self.maximize(self.query_one("#run-log", RichLog), container=False)
 
     @property
     def running(self) -> bool:
@@ -114,7 +138,7 @@ class RunScreen(WizardScreen):
         if action == "cancel":
             return self.running or self._starting
         if action == "validate":
-            return not (self.running or self._starting) and self.app.state.last_output is not None
+            return not (self.running or self._starting)
         if action == "copy_command":
             return bool(self.serve_command)
         if action == "back":
@@ -139,13 +163,26 @@ class RunScreen(WizardScreen):
             self.notify("serve command copied to the clipboard (where the terminal allows it)", timeout=3)
 
     def action_validate(self) -> None:
-        out = self.app.state.last_output
-        if out is None or self.running:
+        """The validate dialog: which output, which vLLM, which checks; nothing starts without vLLM."""
+        if self.running or self._starting:
             return
-        python = vllm_python()
-        argv = [sys.executable, "-m", "mxtrim_tui", "validate", str(out), "--serve", "--python", python, "--json", "--progress"]
+        from .validate_dialog import ValidateDialog
+
+        self.app.push_screen(ValidateDialog(self.app.state.last_output), self._validate_chosen)
+
+    def _validate_chosen(self, request) -> None:
+        if request is None:
+            return
+        from ...core.user_settings import set_setting
+        from ...core.validate.locate import SETTING
+
+        set_setting(SETTING, request.typed_python or None)
+        argv = [sys.executable, "-m", "mxtrim_tui", "validate", str(request.output), "--python", request.python, "--json", "--progress"]
+        argv += ["--serve"] if request.serve else []
+        argv += ["--speculative"] if request.speculative else []
+        argv += ["--equivalence"] if request.equivalence else []
         self.validation = ValidationView()
-        self.query_one("#run-validation", Static).update(Text(f"validating with {python} …", style="bold"))
+        self.query_one("#run-validation", Static).update(Text(f"validating {request.output} with {request.python} …", style="bold"))
         self.start(argv, kind="validate")
 
     def start(self, argv: list[str], kind: str = "trim") -> None:
@@ -164,7 +201,9 @@ class RunScreen(WizardScreen):
         out = argv[argv.index("--out") + 1] if "--out" in argv else None
         status = f"writing {out} …" if out else ("validating (offline checks, then vllm serve) …" if kind == "validate" else "running…")
         self.query_one("#run-status", Static).update(Text(status, style="bold"))
-        self.query_one("#run-progress", ProgressBar).update(total=None, progress=0)
+        bar = self.query_one("#run-progress", ProgressBar)
+        bar.display = True
+        bar.update(total=None, progress=0)
         self.query_one("#run-stats", Static).update("")
         self.query_one("#run-serve", Static).update("")
         self.serve_command = ""
@@ -226,14 +265,21 @@ class RunScreen(WizardScreen):
             p.unit, p.done, p.total, p.current = "bytes", event.get("done_bytes", 0), event.get("total_bytes", 0), event.get("name", "")
             p.bytes_copied = max(p.bytes_copied, p.done)
         elif kind == "verify":
-            p.unit, p.done, p.total, p.current = "bytes", event.get("done_bytes", 0), event.get("total_bytes", 0), "verifying hashes"
+            p.unit, p.done, p.total = "bytes", event.get("done_bytes", 0), event.get("total_bytes", 0)
+            if not p.current.startswith(STAGE_WORDS["structure"]):
+                p.current = STAGE_WORDS["verify"]
         elif kind == "shard":
             if event.get("status") == "done":
                 self._log(Text(f"shard {event.get('shard')} written ({event.get('bytes', 0):,} B)", style="green"))
         elif kind == "stage":
-            if event.get("status") != "running":
+            name, status = event.get("name"), event.get("status")
+            if status == "start" and name in STAGE_WORDS:
+                p.current = STAGE_WORDS[name]
+            elif status == "done" and name in STAGE_WORDS:
+                p.current = f"{STAGE_WORDS[name]}: done"
+            if status != "running":
                 detail = event.get("summary") or event.get("result") or ""
-                self._log(Text(f"[{event.get('name')}] {event.get('status')}" + (f": {detail}" if detail else ""), style="cyan"))
+                self._log(Text(f"[{name}] {status}" + (f": {detail}" if detail else ""), style="cyan"))
         elif kind == "result":
             self._log(Text(f"output: {event.get('output')}", style="bold green"))
         else:
@@ -261,6 +307,9 @@ class RunScreen(WizardScreen):
 
     def _on_validation_event(self, event: dict) -> None:
         kind = event.get("event")
+        if kind == "stage" and event.get("status") == "running":
+            self.query_one("#run-stats", Static).update(f"running: {event.get('name')}")
+            return
         if kind == "log":
             line = event.get("line", "")
             shown = line if len(line) <= LINE_LIMIT else line[:LINE_LIMIT] + " …"
@@ -285,6 +334,7 @@ class RunScreen(WizardScreen):
         status = self.query_one("#run-status", Static)
         if message.cancelled:
             status.update(Text("validation stopped — its server was shut down", style="bold yellow"))
+            self.query_one("#run-validation", Static).update(self.validation.render() if self.validation.rows else "")
             return
         try:
             doc = json.loads(message.stdout)
@@ -292,6 +342,7 @@ class RunScreen(WizardScreen):
             doc = None
         if not isinstance(doc, dict):
             status.update(Text(f"✗ validation could not run (exit {message.returncode}): {self._last_error or 'see the log'}", style="bold red"))
+            self.query_one("#run-validation", Static).update(self.validation.render() if self.validation.rows else "")
             return
         self.validation = ValidationView.from_json(doc)
         self.query_one("#run-validation", Static).update(self.validation.render())
@@ -360,15 +411,11 @@ class RunScreen(WizardScreen):
         self.query_one("#run-status", Static).update(Text("cancelling…", style="yellow"))
 
 
-def vllm_python() -> str:
-    """The interpreter of the environment holding vLLM (users keep it apart from this tool)."""
-    return os.environ.get("MXTRIM_VLLM_PYTHON") or sys.executable
-
-
 class ValidationView:
     """The validation rows as they fill in, one line each."""
 
-    MARKS = {"passed": ("✓", "green"), "failed": ("✗", "bold red"), "unverified": ("·", "yellow"), "not applicable": ("-", "dim")}
+    MARKS = {"passed": ("✓", "green"), "failed": ("✗", "bold red"), "unverified": ("·", "yellow"), "not applicable": ("-", "dim"),
+             "not comparable": ("≠", "yellow"), "differs": ("≠", "bold yellow")}
 
     def __init__(self) -> None:
         self.rows: list[dict] = []
@@ -387,6 +434,8 @@ class ValidationView:
         for r in self.rows:
             mark, style = self.MARKS.get(r.get("status"), ("?", ""))
             text.append(f"{mark} {r.get('check')}: {r.get('status')}", style=style)
+            if r.get("status") in ("differs", "not comparable") or (r.get("check", "").startswith("equivalence") and r.get("status") == "passed"):
+                text.append(f" — {r.get('detail', '')[:300]}", style=style)
             verdict = r.get("verdict")
             if verdict:
                 text.append(f" — {verdict['class']}", style="bold red")
@@ -402,10 +451,12 @@ class ValidationView:
         if failed:
             first = failed[0]
             why = f" — {first['verdict']['class']}" if first.get("verdict") else ""
-            return Text(f"✗ validation: {first['check']} failed{why} (details in README.md, logs/serve.log)", style="bold red")
+            return Text(f"✗ validation with {doc.get('python', '?')}: {first['check']} failed{why} (details in README.md, logs/serve.log)", style="bold red")
         passed = sum(1 for r in self.rows if r.get("status") == "passed")
+        differs = [r.get("check") for r in self.rows if r.get("status") in ("differs", "not comparable")]
         extra = " · loadable by this vLLM" if doc.get("loadable") else ""
-        return Text(f"✓ validated: {passed} checks passed, {unverified} unverified{extra}", style="bold green")
+        extra += f" · {', '.join(differs)}: see below" if differs else ""
+        return Text(f"✓ validated with {doc.get('python', '?')}: {passed} checks passed, {unverified} unverified{extra}", style="bold green")
 
 
 def terminate(proc: subprocess.Popen, grace: float = 5.0) -> None:

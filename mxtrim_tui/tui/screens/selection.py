@@ -135,6 +135,9 @@ class SelectionScreen(WizardScreen):
                 issues.append(f"   fix: {i.fix}\n", style="dim")
         for c in plan.omitted:
             issues.append(f"⚠ not covered: {c.submodel} {c.kind} ({shown_bytes(c.bytes_dropped)})\n", style="yellow")
+        blocker = self.app.state.weights_blocker() if self.app.state.plan is plan else None
+        if blocker:  # a partial download: real weights cannot be written for this selection
+            issues.append(f"⚠ real weights: {blocker}\n", style="yellow")
         self.query_one("#issues-view", Static).update(issues if issues.plain else Text("✓ no warnings", style="green"))
 
         cov = Table(box=None, pad_edge=False, expand=True)

@@ -149,12 +149,21 @@ class SourceScreen(WizardScreen):
         yield from self.compose_footer()
 
     def on_mount(self) -> None:
-        recent = self.query_one("#recent", OptionList)
-        items = load_recent()
-        recent.add_options([Option(recent_label(p), id=p) for p in items] or [Option("(none yet)", disabled=True)])
+        self._show_recent()
         self.query_one("#path", Input).focus()
 
+    def _show_recent(self) -> None:
+        """The recent sources as remembered now (a source read in this session comes first)."""
+        recent = self.query_one("#recent", OptionList)
+        items = load_recent()
+        if getattr(self, "_recent_shown", None) == items:
+            return
+        self._recent_shown = items
+        recent.clear_options()
+        recent.add_options([Option(recent_label(p), id=p) for p in items] or [Option("(none yet)", disabled=True)])
+
     def refresh_view(self) -> None:
+        self._show_recent()
         st = self.app.state
         summary = self.query_one("#summary", Static)
         if st.inventory is not None:

@@ -1,0 +1,167 @@
+"""The validate dialog (`v` on the run screen): which output, which vLLM, which checks.
+
+The vLLM interpreter is found by the engine's one rule (``core.validate.locate``); what the
+user types here is kept (``settings.json``) and passed on as ``--python``. With no vLLM found,
+Start is refused with that one line and nothing is started."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Button, Checkbox, Input, Label, Static
+
+from ...core.user_settings import get_setting
+from ...core.validate.locate import SETTING, VllmNotFound, VllmPython, find_vllm_python
+
+
+@dataclass
+class ValidateRequest:
+    output: Path
+    python: str  # the interpreter found, passed as --python
+    typed_python: str  # what the user typed (kept as the setting; blank removes it)
+    serve: bool
+    speculative: bool
+    equivalence: bool
+
+
+def output_problem(text: str) -> tuple[dict | None, str]:
+    """(the output's plan, "") or (None, why it cannot be validated)."""
+    if not text.strip():
+        return None, "type the output directory to validate"
+    path = Path(text.strip()).expanduser()
+    if not path.is_dir():
+        return None, f"{path}: not a directory"
+    try:
+        plan = json.loads((path / "mxtrim-plan.json").read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None, f"{path}: no mxtrim-plan.json — validate works on directories written by mxtrim"
+    except (OSError, ValueError) as exc:
+        return None, f"{path / 'mxtrim-plan.json'}: cannot be read ({exc})"
+    if not isinstance(plan, dict) or plan.get("mode") not in ("dummy", "weights"):
+        return None, f"{path / 'mxtrim-plan.json'}: has no mode (dummy or weights)"
+    return plan, ""
+
+
+class ValidateDialog(ModalScreen["ValidateRequest | None"]):
+    BINDINGS = [
+        Binding("escape", "cancel", "Cancel", id="validate.cancel"),
+        Binding("ctrl+s", "start", "Start", id="validate.start"),
+    ]
+
+    def __init__(self, output: Path | None) -> None:
+        super().__init__()
+        self.initial_output = str(output) if output else ""
+        self.found: VllmPython | None = None
+        self.not_found = ""
+        self.plan: dict | None = None
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="validate-box"):
+            yield Static("[b]Validate an output[/]", id="validate-title")
+            yield Label("Output directory")
+            yield Input(self.initial_output, id="validate-output")
+            yield Static("", id="validate-output-note")
+            yield Label("vLLM interpreter, kept for next time ($MXTRIM_VLLM_PYTHON comes first when set; "
+                        "empty: a vllm on PATH, then this interpreter)")
+            yield Input(get_setting(SETTING) or "", id="validate-python", placeholder="e.g. ~/vllm-env/bin/python")
+            yield Static("looking for vLLM …", id="validate-found")
+            yield Checkbox("start vllm serve (health, completion, chat, long input)", True, id="validate-serve")
+            yield Checkbox("speculative decoding through the kept MTP layer", False, id="validate-speculative")
+            yield Checkbox("equivalence with the original model (real weights)", False, id="validate-equivalence")
+            with Horizontal(id="validate-buttons"):
+                yield Button("Start (Enter / Ctrl+S)", id="validate-start", variant="primary")
+                yield Button("Cancel (Esc)", id="validate-cancel")
+
+    def on_mount(self) -> None:
+        self._check_output(self.initial_output)
+        self._find(self.query_one("#validate-python", Input).value)
+        self.query_one("#validate-output", Input).focus()
+
+    # --- the output ------------------------------------------------------------------------
+    @on(Input.Changed, "#validate-output")
+    def _output_changed(self, event: Input.Changed) -> None:
+        self._check_output(event.value)
+
+    def _check_output(self, text: str) -> None:
+        self.plan, why = output_problem(text)
+        note = self.query_one("#validate-output-note", Static)
+        spec = self.query_one("#validate-speculative", Checkbox)
+        equiv = self.query_one("#validate-equivalence", Checkbox)
+        if self.plan is None:
+            note.update(Text(why, style="red"))
+            spec.disabled = equiv.disabled = True
+            return
+        mode = self.plan["mode"]
+        mtp = bool(self.plan.get("mtp_kept"))
+        note.update(Text(f"{mode} output" + (", keeps an MTP layer" if mtp else ""), style="green"))
+        spec.disabled = not mtp
+        equiv.disabled = mode != "weights"
+        if spec.disabled:
+            spec.value = False
+        if equiv.disabled:
+            equiv.value = False
+
+    # --- vLLM ------------------------------------------------------------------------------
+    @on(Input.Changed, "#validate-python")
+    def _python_changed(self, event: Input.Changed) -> None:
+        self._find(event.value)
+
+    @work(thread=True, exclusive=True, group="find-vllm", exit_on_error=False)
+    def _find(self, typed: str) -> None:
+        try:
+            # what is typed here is the kept setting: third in the rule, after --python (none in
+            # the wizard) and $MXTRIM_VLLM_PYTHON; the line below the box says which one won
+            found, why = find_vllm_python(None, typed.strip() or None), ""
+        except VllmNotFound as exc:
+            found, why = None, str(exc)
+        self.app.call_from_thread(self._show_found, typed, found, why)
+
+    def _show_found(self, typed: str, found: VllmPython | None, why: str) -> None:
+        if typed != self.query_one("#validate-python", Input).value:
+            return  # typed on since: its own search follows
+        self.found, self.not_found = found, why
+        line = self.query_one("#validate-found", Static)
+        if found is None:
+            line.update(Text("✗ " + why, style="bold red"))
+        else:
+            line.update(Text(f"✓ vLLM {found.version or '?'} at {found.python} (from {found.origin})", style="green"))
+
+    # --- answer ----------------------------------------------------------------------------
+    @on(Button.Pressed, "#validate-start")
+    def _start_pressed(self) -> None:
+        self.action_start()
+
+    @on(Button.Pressed, "#validate-cancel")
+    def _cancel_pressed(self) -> None:
+        self.action_cancel()
+
+    @on(Input.Submitted)
+    def _submitted(self) -> None:
+        self.action_start()
+
+    def action_start(self) -> None:
+        if self.plan is None:
+            self.notify(self.query_one("#validate-output-note", Static).render().plain or "choose an output", severity="error")
+            return
+        if self.found is None:
+            self.notify(self.not_found or "still looking for vLLM", severity="error", timeout=8)
+            return
+        self.dismiss(ValidateRequest(
+            output=Path(self.query_one("#validate-output", Input).value.strip()).expanduser().resolve(),
+            python=self.found.python,
+            typed_python=self.query_one("#validate-python", Input).value.strip(),
+            serve=self.query_one("#validate-serve", Checkbox).value,
+            speculative=self.query_one("#validate-speculative", Checkbox).value,
+            equivalence=self.query_one("#validate-equivalence", Checkbox).value,
+        ))
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
