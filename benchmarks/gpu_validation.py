@@ -30,7 +30,11 @@ MODELS = {
     "qwen3_moe": (tm.make_servable_qwen3_moe, "1,3", ["--equivalence"]),
     "gemma3_text": (tm.make_servable_gemma3_text, "0,2", ["--equivalence"]),
     "deepseek_v3_fp8_mtp": ("demo", "0,2", ["--speculative", "--equivalence"]),
+    # the demo with DeepSeek-V3's own attention sizes (kv_lora_rank 512, rope 64, nope / v 128):
+    # vLLM's GPU MLA kernels take no others
+    "deepseek_v3_fp8_mla576_mtp": ("demo-mla576", "0,2", ["--speculative", "--equivalence"]),
 }
+MLA576 = {"KV_LORA": 512, "QK_NOPE": 128, "QK_ROPE": 64, "V_HEAD": 128}
 
 
 def mxtrim(*args: str, timeout: float = 1800) -> subprocess.CompletedProcess:
@@ -39,12 +43,20 @@ def mxtrim(*args: str, timeout: float = 1800) -> subprocess.CompletedProcess:
 
 def source(name: str, work: Path) -> Path:
     builder = MODELS[name][0]
-    if builder == "demo":
-        from mxtrim_tui.demo.build import build_demo
+    if builder in ("demo", "demo-mla576"):
+        from mxtrim_tui.demo import build as demo
 
         path = work / "src" / name
         if not path.exists():
-            build_demo(path)
+            saved = {k: getattr(demo, k) for k in MLA576}
+            if builder == "demo-mla576":
+                for k, v in MLA576.items():
+                    setattr(demo, k, v)
+            try:
+                demo.build_demo(path)
+            finally:
+                for k, v in saved.items():
+                    setattr(demo, k, v)
         return path
     path = work / "src" / name
     return path if (path / "config.json").exists() else builder(path)

@@ -109,3 +109,14 @@ def test_speculative_counts_are_read_from_the_log():
            "Per-position acceptance rate: 0.250"]
     assert spec_counts_from_log(log) == {"drafted": 8, "accepted": 2, "source": "log"}
     assert spec_counts_from_log(["nothing"]) is None
+
+
+def test_a_kernel_without_the_models_head_sizes_is_a_build_limitation_not_a_dummy_one():
+    """vLLM 0.26.0 on an H200, the demo's small MLA sizes (nope / rope / v 32): no MLA prefill
+    kernel takes them. Seen classed as a dummy-initialisation limit (a traceback frame said
+    load_dummy_weights) and, with real weights, as an implementation defect."""
+    log = lines(FAILURES / "gpu-0.26.0-mla-dims-dummy.log")
+    for dummy in (True, False):
+        v = classify(log, 1, stopped_by_us=False, reason="exited", dummy=dummy)
+        assert v.category == QUANT_BUILD, v
+        assert v.evidence[0].startswith("ValueError: No valid MLA prefill backend found")

@@ -27,9 +27,14 @@ RULES: list[tuple[str, re.Pattern, str]] = [
         r"requires AMX|"
         r"(?:fp8|FP8)[^\n]{0,60}(?:not supported|unsupported) on|"
         r"compute capability[^\n]{0,60}(?:not supported|required|too low)|"
-        r"(?:Minimum|minimum) capability"),
-     "this vLLM build cannot run the output's quantization on this device (the trim is not the cause): "
-     "validate where that format runs (a GPU build, or a CPU with the instructions the quoted line names)"),
+        r"(?:Minimum|minimum) capability|"
+        # no attention kernel in this build for the model's head sizes (e.g. MLA prefill on
+        # FlashAttention needs DeepSeek's own dimensions): the sizes come from the source
+        r"No valid (?:MLA prefill |attention |MLA )?backend|does not have supported MLA dimensions|"
+        r"No (?:valid|suitable) attention backend"),
+     "this vLLM build has no kernel for the output's quantization or head sizes on this device (the trim is "
+     "not the cause: it keeps the source's formats and sizes): validate where they run (a GPU build, or a CPU "
+     "with the instructions the quoted line names), or trim a source whose sizes the kernels support"),
     (CHECKPOINT, re.compile(
         r"(?i)(missing|unexpected)[^\n]{0,40}(key|weight|tensor|parameter)s?\b|"
         r"no such tensor|KeyError: '[\w.]+\.(weight|bias|scale\w*)'|"
