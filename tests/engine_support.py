@@ -28,6 +28,17 @@ def run_cli(*args: str, env: dict | None = None, timeout: float = 300) -> subpro
     )
 
 
+def small_llama_output(root: Path, mode: str) -> Path:
+    """A 2-layer servable Llama under ``root`` trimmed to layer 0 by the CLI (``llama-MODE``)."""
+    from fixtures.tiny_models import make_servable_llama
+
+    src = make_servable_llama(root / "llama", layers=2)
+    out = root / f"llama-{mode}"
+    proc = run_cli("trim", str(src), "--mode", mode, "--keep", "0", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    return out
+
+
 def load_index(root: Path) -> dict:
     return json.loads((root / INDEX_NAME).read_text())
 

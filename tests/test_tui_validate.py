@@ -6,15 +6,13 @@ things met on the output and source steps."""
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from textual.widgets import Checkbox, Input, ProgressBar, RadioButton
 
-from engine_support import cli_argv
-from fixtures.tiny_models import make_servable_llama
+from engine_support import small_llama_output
 from mxtrim_tui.demo.build import build_demo
 from mxtrim_tui.tui.app import ConfirmQuitScreen
 from mxtrim_tui.tui.screens.base import HelpScreen
@@ -38,17 +36,20 @@ def demo(tmp_path_factory):
 @pytest.fixture(scope="module")
 def existing_output(tmp_path_factory):
     """A dummy output written earlier, by the CLI: the wizard never wrote it."""
-    root = tmp_path_factory.mktemp("earlier")
-    src = make_servable_llama(root / "llama", layers=2)
-    out = root / "llama-dummy"
-    proc = subprocess.run(cli_argv("trim", str(src), "--mode", "dummy", "--keep", "0", "--out", str(out)), capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
-    return out
+    return small_llama_output(tmp_path_factory.mktemp("earlier"), "dummy")
 
 
 @pytest.fixture(scope="module")
 def vllm_env(tmp_path_factory):
     return make_env(tmp_path_factory.mktemp("env") / "vllm-env", vllm="0.32.0")
+
+
+async def at_run_step(app, pilot):
+    """The wizard settled on the demo, at the run step: the run screen."""
+    await settle(app, pilot)
+    app.action_goto("run")
+    await settle(app, pilot)
+    return app.get_screen("run")
 
 
 def found_line(app) -> str:
@@ -59,10 +60,7 @@ def found_line(app) -> str:
 async def test_no_vllm_anywhere_the_dialog_says_where_it_looked_and_starts_nothing(tmp_path, demo):
     app, _ = make_app(tmp_path, demo)
     async with app.run_test(size=(120, 40)) as pilot:
-        await settle(app, pilot)
-        app.action_goto("run")
-        await settle(app, pilot)
-        run = app.get_screen("run")
+        run = await at_run_step(app, pilot)
         await pilot.press("v")  # nothing written in this session: v still opens the dialog
         assert isinstance(app.screen, ValidateDialog)
         assert await wait_for(pilot, lambda: "vLLM not found" in found_line(app))
@@ -77,10 +75,7 @@ async def test_no_vllm_anywhere_the_dialog_says_where_it_looked_and_starts_nothi
 async def test_an_existing_output_is_validated_with_the_interpreter_typed_and_kept(tmp_path, demo, existing_output, vllm_env):
     app, _ = make_app(tmp_path, demo)
     async with app.run_test(size=(120, 40)) as pilot:
-        await settle(app, pilot)
-        app.action_goto("run")
-        await settle(app, pilot)
-        run = app.get_screen("run")
+        run = await at_run_step(app, pilot)
         await pilot.press("v")
         dialog = app.screen
         dialog.query_one("#validate-output", Input).value = str(existing_output)
@@ -111,10 +106,7 @@ async def test_an_existing_output_is_validated_with_the_interpreter_typed_and_ke
 async def test_the_log_can_take_the_whole_screen_at_80x24_and_long_lines_wrap(tmp_path, demo):
     app, _ = make_app(tmp_path, demo)
     async with app.run_test(size=(80, 24)) as pilot:
-        await settle(app, pilot)
-        app.action_goto("run")
-        await settle(app, pilot)
-        run = app.get_screen("run")
+        run = await at_run_step(app, pilot)
         # idle: no animated bar under "Nothing started"
         assert run.query_one("#run-progress", ProgressBar).display is False
         long = "ERROR " + "x" * 150 + " END-OF-LINE"
@@ -213,10 +205,7 @@ async def test_the_status_follows_the_stages_of_a_real_weight_write(tmp_path, de
     app, _ = make_app(tmp_path, demo)
     events = "".join(json.dumps(e) + "\n" for e in STAGES)
     async with app.run_test(size=(120, 40)) as pilot:
-        await settle(app, pilot)
-        app.action_goto("run")
-        await settle(app, pilot)
-        run = app.get_screen("run")
+        run = await at_run_step(app, pilot)
         run.start([sys.executable, "-c", f"import sys, time; sys.stderr.write({events!r}); sys.stderr.flush(); time.sleep(30)"])
         assert await wait_for(pilot, lambda: "[structure] start" in "\n".join(str(l.text) for l in run.query_one("#run-log").lines), timeout=20)
         await pilot.pause(0.3)

@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from engine_support import cli_argv
-from fixtures.tiny_models import make_servable_llama
+from engine_support import cli_argv, small_llama_output
 from test_vllm_discovery import make_env
 
 # --port P among the server flags; behaviour from argv[1]:
@@ -72,10 +71,7 @@ HTTPServer(("127.0.0.1", port), Handler).serve_forever()
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
     root = tmp_path_factory.mktemp("flow")
-    src = make_servable_llama(root / "llama", layers=2)
-    out = root / "llama-weights"
-    proc = subprocess.run(cli_argv("trim", str(src), "--mode", "weights", "--keep", "0", "--out", str(out)), capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
+    out = small_llama_output(root, "weights")
     script = root / "stand_in.py"
     script.write_text(STAND_IN)
     return {"out": out, "script": script, "python": make_env(root / "env", vllm="0.32.0")}
@@ -102,11 +98,12 @@ def test_checks_after_a_failed_one_are_skipped_with_the_reason_and_the_json_is_w
     assert r["start-up"]["status"] == "passed"
     assert r["generation"]["status"] == "failed"
     eq = r["equivalence with the original (greedy tokens)"]
-    assert eq["status"] == "unverified" and eq["detail"].startswith("skipped: the server exited")
+    # the server may still be dying when equivalence comes up: either reason is the truth
+    assert eq["status"] == "unverified" and eq["detail"].startswith(("skipped: the server exited", "skipped: generation failed"))
     history = json.loads((setup["out"] / "validation.json").read_text())
     assert history["runs"][-1]["rows"] == doc["rows"]
     readme = (setup["out"] / "README.md").read_text()
-    assert "| equivalence with the original (greedy tokens) | not run (unverified) | skipped: the server exited" in readme
+    assert "| equivalence with the original (greedy tokens) | not run (unverified) | skipped: " in readme
 
 
 def test_a_start_that_keeps_logging_is_waited_for_past_the_timeout(setup):

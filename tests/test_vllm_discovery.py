@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from engine_support import cli_argv as cli
-from fixtures.tiny_models import make_servable_llama
+from engine_support import cli_argv as cli, small_llama_output
 from mxtrim_tui.core.validate.locate import VllmNotFound, find_vllm_python, script_interpreter
 
 
@@ -97,12 +96,7 @@ def test_script_interpreter_reads_env_shebangs(tmp_path):
 # --- the CLI: one rule, the interpreter named in every result --------------------------------
 @pytest.fixture(scope="module")
 def output(tmp_path_factory):
-    root = tmp_path_factory.mktemp("out")
-    src = make_servable_llama(root / "llama", layers=2)
-    out = root / "llama-dummy"
-    proc = subprocess.run(cli("trim", str(src), "--mode", "dummy", "--keep", "0", "--out", str(out)), capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
-    return out
+    return small_llama_output(tmp_path_factory.mktemp("out"), "dummy")
 
 
 def clean_env(tmp_path: Path, **extra: str) -> dict:
