@@ -51,6 +51,9 @@ def test_vllm_arithmetic_and_advice_order(tmp_path):
     tight = compute_budget(plan, BudgetInputs(max_model_len=10**7, max_num_batched_tokens=8192, gpu_total_bytes=4 * GiB))
     assert tight.fits is False
     assert tight.advice[0].startswith("lower --max-model-len") and "never fewer experts" in tight.advice[-1]
+    # without a GPU figure the advice names the flag the CLI takes (and the wizard's field)
+    blind = compute_budget(plan, BudgetInputs(max_model_len=4096))
+    assert any("--gpu-memory" in a and "GPU memory field" in a for a in blind.advice)
 
 
 def test_gpu_probe_never_raises_without_a_gpu():

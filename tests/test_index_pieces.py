@@ -225,7 +225,7 @@ def test_a_named_shard_that_is_missing_or_broken_is_the_same_outcome(tmp_path, m
     with_pieces, whole, _ = _both_ways(root, monkeypatch)
     assert with_pieces == whole and with_pieces[0] == "ok" and shards[1].name not in with_pieces[1]
     assert with_pieces[3][next(t for t, r in with_pieces[3].items() if r == shards[1].name)] == shards[1].name
-    assert any("1 of the" in w and "not present" in w for w in with_pieces[2])
+    assert any("1 of the" in w and "shards it lists is not present" in w for w in with_pieces[2])
 
 
 def test_the_index_is_mapped_read_only_and_left_as_it_was(tmp_path, monkeypatch):

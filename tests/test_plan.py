@@ -431,3 +431,16 @@ def test_a_declared_mtp_layer_without_tensors_is_not_claimed(sparse_models):
     # with the tensors present the head is kept, as before
     _, with_mtp = inventory_and_plan(sparse_models("qwen3_next"), ["3,4"])
     assert with_mtp.mtp_kept is True
+
+
+def test_the_reports_serve_command_runs_a_kept_mtp_layer(sparse_models, tmp_path):
+    """A kept MTP layer runs only as speculative decoding's drafter: the README's command says so."""
+    _, plan = inventory_and_plan(sparse_models("deepseek_v3"), ["0,5"])
+    assert plan.mtp_kept
+    readme = (write_dummy(plan, tmp_path / "with-mtp").path / "README.md").read_text()
+    assert """--speculative-config '{"method":"mtp","num_speculative_tokens":1}'""" in readme
+    from mxtrim_tui.core.write.report import serve_command
+
+    _, without = inventory_and_plan(sparse_models("deepseek_v3"), ["0,5"], mtp=False)
+    assert "--speculative-config" in serve_command(plan, tmp_path / "x", "dummy")
+    assert "--speculative-config" not in serve_command(without, tmp_path / "x", "dummy")
