@@ -473,7 +473,8 @@ def run_validation(out: Path, args, quiet: bool):
 
 def print_validation(v, runs: int) -> None:
     marks = {"passed": "✓", "failed": "✗", "unverified": "·", "not applicable": "-", "not comparable": "≠", "differs": "≠"}
-    print(f"vLLM {v.environment.get('packages', {}).get('vllm', {}).get('version') or ''} at {v.python} ({v.python_origin or 'given'})".replace("vLLM  at", "vLLM at"))
+    version = (v.environment.get("packages", {}).get("vllm") or {}).get("version")
+    print(f"vLLM {version + ' ' if version else ''}at {v.python} ({v.python_origin or 'given'})")
     if v.settings:
         print(f"served with: {v.settings_line()}")
     for r in v.rows:

@@ -10,8 +10,7 @@ import pytest
 from mxtrim_tui.core.validate.classify import CONFIGURATION, QUANT_BUILD, classify
 from mxtrim_tui.core.validate.equivalence import DIFFERENT, EQUAL, RELATIVE_TOLERANCE, WITHIN, judge, tolerance_key
 from mxtrim_tui.core.validate.memory_check import compare, summary
-from mxtrim_tui.core.validate.run import spec_counts_from_log
-from mxtrim_tui.core.validate.vllm_log import StartupFigures, parse_startup, served_dtype
+from mxtrim_tui.core.validate.vllm_log import StartupFigures, parse_startup, served_dtype, spec_counts_from_log
 
 FAILURES = Path(__file__).parent / "fixtures" / "vllm_failures"
 LOGS = Path(__file__).parent / "fixtures" / "vllm_logs"

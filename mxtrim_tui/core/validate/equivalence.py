@@ -144,7 +144,7 @@ def describe(j: Judgement, tok, relative: float, dtype_key: str) -> str:
             f"({j.total - len(j.differing)} of {j.total} tokens equal)")
 
 
-def prepare(out: Path, plan: dict) -> tuple[str | None, str]:
+def prepare(plan: dict) -> tuple[str | None, str]:
     """(None, "") when the comparison can run, else (status, why not)."""
     source = Path(plan.get("source", ""))
     kept = (plan.get("kept") or {}).get("text")
@@ -165,7 +165,7 @@ def compare(base: str, out: Path, plan: dict, dtype_key: str, serve_source=None,
     (None, why) when it cannot)."""
     from transformers import AutoTokenizer
 
-    status, why = prepare(out, plan)
+    status, why = prepare(plan)
     if status:
         return status, why, {}
     source = Path(plan["source"])

@@ -56,9 +56,6 @@ class VllmPython:
         OpenAI server module ("api_server")."""
         return "cli" if self.distribution in (None, "vllm") else "api_server"
 
-    def describe(self) -> str:
-        return f"{self.python} (vLLM {self.version or '?'}, from {self.origin})"
-
 
 def _found(python: str, origin: str, doc: dict) -> VllmPython:
     return VllmPython(python, origin, doc.get("version"), doc.get("distribution"))

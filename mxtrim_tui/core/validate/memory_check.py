@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .serve import batched_tokens
 from .vllm_log import StartupFigures
 
 BLOCK_SIZE = 16  # vLLM's default KV block: the cache holds whole blocks of tokens
@@ -31,7 +32,7 @@ def predict(out: Path, opts, gpu_total_bytes: int | None = None) -> dict:
     plan = build_plan(inv, Selection({"text": tuple(range(depth))}, mtp=bool(opts.speculative_mtp)))
     weights = source_weights(out, opts) if not inv.source.shards else None
     inputs = BudgetInputs(tp=opts.tp, pp=opts.pp, max_model_len=opts.max_model_len, max_num_seqs=opts.max_num_seqs,
-                          max_num_batched_tokens=max(opts.max_model_len, 256),
+                          max_num_batched_tokens=batched_tokens(opts),
                           gpu_memory_utilization=opts.gpu_memory_utilization or 0.9, gpu_total_bytes=gpu_total_bytes,
                           kv_cache_dtype=opts.dtype if opts.dtype == "float32" else "auto")
     b = compute_budget(plan, inputs)
@@ -84,7 +85,7 @@ def vllm_kv_capacity(plan, budget, opts, available: int) -> tuple[int, float] | 
     block = kv_block_size(opts.device, mla)
     page = block * per_layer.pop()
     context = opts.max_model_len
-    batched = max(opts.max_model_len, 256)
+    batched = batched_tokens(opts)
     cfg = text_config(plan)
     window = cfg.get("sliding_window") or cfg.get("attention_chunk_size") or 0
     sizes = [len(v) for v in buckets.values()]

@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -18,7 +16,8 @@ from pathlib import Path
 from ..errors import InputError
 from . import requests as rq
 from .classify import classify
-from .serve import ServeOptions, Server, free_port, interrupting_signals, output_text_config, serve_argv, serve_env
+from .serve import ServeOptions, Server, free_port, interrupting_signals, output_quantization, output_text_config, serve_argv, serve_env
+from .vllm_log import spec_counts_from_log
 
 PROBE = Path(__file__).with_name("offline_probe.py")
 PASSED, FAILED, UNVERIFIED, NOT_APPLICABLE = "passed", "failed", "unverified", "not applicable"
@@ -170,9 +169,6 @@ def validate(out: Path, opts: ServeOptions, *, serve: bool, equivalence: bool = 
     for row in rows:
         v.rows.append(row)
         emit({"event": "check", **row.to_json()})
-    # the offline rows, then the server checks in the order they run
-    order = {c: i for i, c in enumerate(SERVER_CHECKS)}
-    v.rows.sort(key=lambda r: order.get(r.check, -1))
     if opts.device_note:
         v.environment["devices"] = opts.device_note
     if serve and not opts.refused:
@@ -201,6 +197,12 @@ def applicability(out: Path, plan: dict, check: str, equivalence: bool) -> str |
     if check == EQUIVALENCE and plan.get("mode") != "weights":
         return "dummy weights: nothing to compare"
     return None
+
+
+def checks_to_run(out: Path, plan: dict, opts: ServeOptions, equivalence: bool) -> list[str]:
+    """The request checks a served validation runs, in order: those that apply and were asked for."""
+    asked = [GENERATION, LONG_INPUT] + ([SPECULATIVE] if opts.speculative_mtp else []) + ([EQUIVALENCE] if equivalence else [])
+    return [c for c in asked if applicability(out, plan, c, equivalence) is None]
 
 
 def fill_not_run(v: Validation, out: Path, plan: dict, opts: ServeOptions, why: str, equivalence: bool, emit) -> None:
@@ -263,21 +265,18 @@ def _serve_and_stop(v: Validation, out: Path, plan: dict, opts: ServeOptions, em
             v.rows.append(Row(START_UP, FAILED, why, verdict.to_json() if verdict else None))
             emit({"event": "check", **v.rows[-1].to_json()})
             v.server_exit = _exit_json(exit_info)
-            for check in (GENERATION, LONG_INPUT, MEMORY) + ((SPECULATIVE,) if opts.speculative_mtp else ()) + ((EQUIVALENCE,) if equivalence else ()):
-                if applicability(out, plan, check, equivalence) is None:
-                    v.rows.append(Row(check, UNVERIFIED, "skipped: the server did not start"))
+            for check in [*checks_to_run(out, plan, opts, equivalence), MEMORY]:
+                v.rows.append(Row(check, UNVERIFIED, "skipped: the server did not start"))
             return
         v.rows.append(Row(START_UP, PASSED, f"healthy after {time.monotonic() - started:.1f} s" + (" (dummy weights)" if v.mode == "dummy" else " (real weights)")))
         emit({"event": "check", **v.rows[-1].to_json()})
         memory_row(v, out, opts, emit)
-        steps = [(GENERATION, lambda: generation_rows(v, out, base, server, emit)),
-                 (LONG_INPUT, lambda: long_input_row(v, out, plan, opts, base, emit)),
-                 (SPECULATIVE, lambda: speculative_row(v, out, base, server, emit))]
-        if equivalence:
-            steps.append((EQUIVALENCE, lambda: equivalence_row(v, out, plan, opts, base, server, emit)))
-        for check, run_check in steps:
-            if applicability(out, plan, check, equivalence) or (check == SPECULATIVE and not opts.speculative_mtp):
-                continue
+        steps = {GENERATION: lambda: generation_rows(v, out, base, server, emit),
+                 LONG_INPUT: lambda: long_input_row(v, out, plan, opts, base, emit),
+                 SPECULATIVE: lambda: speculative_row(v, out, base, server, emit),
+                 EQUIVALENCE: lambda: equivalence_row(v, out, plan, opts, base, server, emit)}
+        for check in checks_to_run(out, plan, opts, equivalence):
+            run_check = steps[check]
             blocker = _blocker(v, server) if check != GENERATION else None
             if blocker:
                 v.rows.append(Row(check, UNVERIFIED, blocker))
@@ -400,37 +399,16 @@ def speculative_row(v: Validation, out: Path, base: str, server: Server, emit) -
     emit({"event": "check", **v.rows[-1].to_json()})
 
 
-SPEC_LOG = re.compile(r"SpecDecoding metrics:.*?Accepted: (\d+) tokens, Drafted: (\d+) tokens")
-
-
-def spec_counts_from_log(lines: list[str]) -> dict | None:
-    accepted = drafted = 0
-    seen = False
-    for line in lines:
-        m = SPEC_LOG.search(line)
-        if m:
-            seen = True
-            accepted += int(m.group(1))
-            drafted += int(m.group(2))
-    return {"drafted": drafted, "accepted": accepted, "source": "log"} if seen else None
-
-
 def equivalence_row(v: Validation, out: Path, plan: dict, opts: ServeOptions, base: str, server: Server, emit) -> None:
     from .equivalence import compare, tolerance_key
     from .vllm_log import iter_file, last_run, served_dtype
 
     dtype = served_dtype(last_run(iter_file(out / "logs" / "serve.log"))) or opts.dtype
-    fp8 = "fp8" in json.dumps((output_text_config(out) or {}).get("quantization_config") or
-                              _config(out).get("quantization_config") or {}).lower()
-    key = tolerance_key(dtype, fp8)
+    key = tolerance_key(dtype, "fp8" in json.dumps(output_quantization(out) or {}).lower())
 
     def serve_source(judge_served):
-        """Stop the trim's server, serve the untrimmed source the same way, judge it."""
-        from .equivalence import prepare
-
-        status, why = prepare(Path(plan["source"]), {**plan, "kept": {"text": [0]}})
-        if status:
-            return None, why
+        """Stop the trim's server, serve the untrimmed source (checked by ``compare`` to be
+        here and small enough) the same way, judge it."""
         v.server_exit = _exit_json(server.stop())  # one server at a time: GPU memory is the trim's
         source = Path(plan["source"])
         port = free_port()
@@ -450,14 +428,6 @@ def equivalence_row(v: Validation, out: Path, plan: dict, opts: ServeOptions, ba
     status, detail, data = compare(base, out, plan, key, serve_source=serve_source)
     v.rows.append(Row(EQUIVALENCE, status, detail, data=data))
     emit({"event": "check", **v.rows[-1].to_json()})
-
-
-def _config(out: Path) -> dict:
-    try:
-        doc = json.loads((out / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return doc if isinstance(doc, dict) else {}
 
 
 def _exit_json(exit_info) -> dict:

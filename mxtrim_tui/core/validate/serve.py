@@ -87,7 +87,7 @@ def serve_argv(out_dir: Path, mode: str, opts: ServeOptions, port: int) -> list[
     argv += [
         "--max-model-len", str(opts.max_model_len),
         "--max-num-seqs", str(opts.max_num_seqs),
-        "--max-num-batched-tokens", str(max(opts.max_model_len, 256)),
+        "--max-num-batched-tokens", str(batched_tokens(opts)),
     ]
     if opts.gpu_memory_utilization is not None:
         argv += ["--gpu-memory-utilization", f"{opts.gpu_memory_utilization:g}"]
@@ -109,26 +109,42 @@ def serve_argv(out_dir: Path, mode: str, opts: ServeOptions, port: int) -> list[
     return argv + list(opts.extra_args)
 
 
-def output_text_config(out_dir: Path) -> dict:
-    """The output's text configuration (``text_config`` of a multimodal config), or {}."""
+def output_config(out_dir: Path) -> dict:
+    """The output's ``config.json``, or {} when it cannot be read as an object."""
     try:
         cfg = json.loads((out_dir / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
+    return cfg if isinstance(cfg, dict) else {}
+
+
+def output_text_config(out_dir: Path) -> dict:
+    """The output's text configuration (``text_config`` of a multimodal config), or {}."""
+    cfg = output_config(out_dir)
     text = cfg.get("text_config")
     return text if isinstance(text, dict) else cfg
+
+
+def batched_tokens(opts: ServeOptions) -> int:
+    """``--max-num-batched-tokens`` of the server: the context, at least 256."""
+    return max(opts.max_model_len, 256)
+
+
+def output_quantization(out_dir: Path) -> dict | None:
+    """The output's ``quantization_config`` (top level, else its text config's), or None."""
+    cfg = output_config(out_dir)
+    text = cfg.get("text_config")
+    for doc in (cfg, text if isinstance(text, dict) else {}):
+        if isinstance(doc.get("quantization_config"), dict) and doc["quantization_config"]:
+            return doc["quantization_config"]
+    return None
 
 
 def cpu_serve_dtype(out_dir: Path) -> str:
     """The dtype the CPU build serves an output in: float32 (its kernels run it on any host),
     except for a quantized checkpoint, whose methods take 16-bit activations only (FP8:
     "torch.float32 is not supported for quantization method fp8")."""
-    try:
-        cfg = json.loads((out_dir / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        cfg = {}
-    quantized = any(isinstance(c, dict) and c.get("quantization_config") for c in (cfg, output_text_config(out_dir)))
-    return "bfloat16" if quantized else "float32"
+    return "bfloat16" if output_quantization(out_dir) else "float32"
 
 
 def cpu_attention_backend(out_dir: Path) -> str | None:

@@ -204,3 +204,20 @@ def served_dtype(lines: Iterable[str]) -> str | None:
         if m:
             return m.group(1)
     return None
+
+
+SPEC_LOG = re.compile(r"SpecDecoding metrics:.*?Accepted: (\d+) tokens, Drafted: (\d+) tokens")
+
+
+def spec_counts_from_log(lines: Iterable[str]) -> dict | None:
+    """Drafted and accepted token totals over vLLM's "SpecDecoding metrics" lines, or None
+    when there is none."""
+    accepted = drafted = 0
+    seen = False
+    for line in lines:
+        m = SPEC_LOG.search(line)
+        if m:
+            seen = True
+            accepted += int(m.group(1))
+            drafted += int(m.group(2))
+    return {"drafted": drafted, "accepted": accepted, "source": "log"} if seen else None

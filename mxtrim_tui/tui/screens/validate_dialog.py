@@ -6,7 +6,6 @@ Start is refused with that one line and nothing is started."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,7 +17,9 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Checkbox, Input, Label, Static
 
+from ...core.errors import InputError
 from ...core.user_settings import get_setting
+from ...core.validate.run import read_output
 from ...core.validate.locate import SETTING, VllmNotFound, VllmPython, find_vllm_python
 
 
@@ -33,21 +34,14 @@ class ValidateRequest:
 
 
 def output_problem(text: str) -> tuple[dict | None, str]:
-    """(the output's plan, "") or (None, why it cannot be validated)."""
+    """(the output's plan, "") or (None, why it cannot be validated): what `mxtrim validate`
+    reads first (``read_output``)."""
     if not text.strip():
         return None, "type the output directory to validate"
-    path = Path(text.strip()).expanduser()
-    if not path.is_dir():
-        return None, f"{path}: not a directory"
     try:
-        plan = json.loads((path / "mxtrim-plan.json").read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return None, f"{path}: no mxtrim-plan.json — validate works on directories written by mxtrim"
-    except (OSError, ValueError) as exc:
-        return None, f"{path / 'mxtrim-plan.json'}: cannot be read ({exc})"
-    if not isinstance(plan, dict) or plan.get("mode") not in ("dummy", "weights"):
-        return None, f"{path / 'mxtrim-plan.json'}: has no mode (dummy or weights)"
-    return plan, ""
+        return read_output(Path(text.strip()).expanduser()), ""
+    except InputError as exc:
+        return None, str(exc)
 
 
 class ValidateDialog(ModalScreen["ValidateRequest | None"]):
