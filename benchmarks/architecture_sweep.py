@@ -34,6 +34,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))  # the synthetic checkpoints (tests/synth)
 
 DEPTH = 8
 # Non-contiguous; keeps layer 0 (dense prefixes), 5 (5:1 sliding patterns) and the parity of
@@ -312,7 +313,7 @@ def make_source(model_type: str, root: Path, data: str = "sparse") -> Path:
     import torch
     import transformers
 
-    from mxtrim_tui.synth.checkpoint import write_safetensors
+    from synth.checkpoint import write_safetensors
 
     cls_name = dict(architectures())[model_type]
     cfg, _, _ = small_config(model_type, cls_name)
@@ -338,7 +339,7 @@ def run_one(model_type: str, cls_name: str, workdir: Path, timeout: int = 120) -
     from mxtrim_tui.core.model.inventory import build_inventory
     from mxtrim_tui.core.plan.build import Selection, build_plan
     from mxtrim_tui.core.read.source import open_source
-    from mxtrim_tui.synth.checkpoint import write_safetensors
+    from synth.checkpoint import write_safetensors
 
     row = Row(model_type, cls_name)
     t0 = time.perf_counter()

@@ -60,6 +60,7 @@ import psutil
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))  # the synthetic checkpoints (tests/synth)
 
 from mxtrim_tui.core.write.extract_script import SCRIPT_NAME, build_extraction  # noqa: E402
 from mxtrim_tui.core.model.inventory import build_inventory  # noqa: E402
@@ -67,8 +68,8 @@ from mxtrim_tui.core.plan.build import Selection, build_plan  # noqa: E402
 from mxtrim_tui.core.read.source import open_source  # noqa: E402
 from mxtrim_tui.core.units import DEFAULT_MAX_SHARD_BYTES, human_bytes  # noqa: E402
 from mxtrim_tui.core.write.weights_writer import extraction_script  # noqa: E402
-from mxtrim_tui.synth.checkpoint import write_checkpoint  # noqa: E402
-from mxtrim_tui.synth.layouts import all_layouts  # noqa: E402
+from synth.checkpoint import write_checkpoint  # noqa: E402
+from synth.layouts import all_layouts  # noqa: E402
 
 BENCH = ROOT / ".bench"
 SOURCE = BENCH / "extract-src"

@@ -66,9 +66,16 @@ def mxtrim(*args: str) -> list[str]:
     return [sys.executable, "-m", "mxtrim_tui", *args]
 
 
+# The first engine module the CLI imports (mxtrim_tui/cli.py): by then the interpreter is up
+# and mxtrim's entry point guards the rest of the start-up.
+STARTUP_MARK = "mxtrim_tui.core.errors"
+
+
 def start_trim(src: Path, out: Path, *trim_args: str) -> subprocess.Popen:
-    """``mxtrim trim`` with --progress, in its own session as a shell starts a job."""
-    cmd = mxtrim("trim", str(src), "--out", str(out), "--progress", *trim_args)
+    """``mxtrim trim`` with --progress, in its own session as a shell starts a job. Python
+    reports each import as it completes (``-X importtime``), so a start-up signal can be sent
+    while mxtrim's own modules are being imported, whatever the machine's load."""
+    cmd = [sys.executable, "-X", "importtime", "-m", "mxtrim_tui", "trim", str(src), "--out", str(out), "--progress", *trim_args]
     # Ctrl-C restored to its default, as a shell does for a foreground job (under nohup or in
     # a background job it is ignored, and mxtrim rightly keeps it so)
     return subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, cwd=ROOT, start_new_session=True,
@@ -76,11 +83,16 @@ def start_trim(src: Path, out: Path, *trim_args: str) -> subprocess.Popen:
 
 
 def interrupt(proc: subprocess.Popen, phase: str, sig: int, twice: bool = False) -> tuple[int, str, list[dict]]:
-    """Deliver ``sig`` once ``phase`` is reached (``startup``: 0.15 s after the start, while
-    Python still imports mxtrim); returns (exit status, non-event stderr, events)."""
+    """Deliver ``sig`` once ``phase`` is reached (``startup``: as soon as the CLI has begun
+    importing the engine, while Python still imports mxtrim); returns (exit status, non-event
+    stderr, events)."""
     seen: list[dict] = []
     if phase == "startup":
-        time.sleep(0.15)
+        for line in proc.stderr:
+            if line.startswith("import time:") and line.rsplit("|", 1)[-1].strip() == STARTUP_MARK:
+                break
+        else:
+            raise AssertionError(f"{STARTUP_MARK} was never imported")
     else:
         for line in proc.stderr:
             event = event_of(line)
@@ -97,7 +109,7 @@ def interrupt(proc: subprocess.Popen, phase: str, sig: int, twice: bool = False)
         send(sig)
     rest = proc.stderr.read()
     rc = proc.wait(timeout=300)
-    text = "\n".join(line for line in rest.splitlines() if event_of(line) is None)
+    text = "\n".join(line for line in rest.splitlines() if event_of(line) is None and not line.startswith("import time:"))
     seen += [e for e in map(event_of, rest.splitlines()) if e is not None]
     return rc, text, seen
 

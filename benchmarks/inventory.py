@@ -26,11 +26,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))  # the synthetic checkpoints (tests/synth)
 
 from mxtrim_tui.core.model.inventory import build_inventory  # noqa: E402
 from mxtrim_tui.core.read.source import open_source  # noqa: E402
-from mxtrim_tui.synth.checkpoint import write_checkpoint  # noqa: E402
-from mxtrim_tui.synth.layouts.deepseek import deepseek_v3  # noqa: E402
+from synth.checkpoint import write_checkpoint  # noqa: E402
+from synth.layouts.deepseek import deepseek_v3  # noqa: E402
 
 
 def ensure_checkpoint(path: Path) -> Path:

@@ -333,19 +333,21 @@ def cmd_trim(args) -> int:
         sys.stdout.write("\n")
     else:
         from rich.console import Console
+        from rich.text import Text
 
         from .render import render_plan
 
         console = Console()
         render_plan(plan, console, repo=args.repo)
-        console.print(f"[bold green]wrote[/] {result.path} ({len(result.files)} files; see README.md there)")
+        # paths and check summaries are text, never markup: "[checks]" or a bracket in a path stays as written
+        console.print(Text.assemble(("wrote", "bold green"), f" {result.path} ({len(result.files)} files; see README.md there)"))
         if checks is not None:
             integ = result.integrity
             console.print(
                 f"checkpoint: {integ['tensors']} tensors in {len(integ['shards'])} shard(s), "
-                f"{integ['hashes_matched']} {integ['hash']} hashes matched; index {integ['index']}"
+                f"{integ['hashes_matched']} {integ['hash']} hashes matched; index {integ['index']}", markup=False,
             )
-            console.print(f"structure: {result.structure.headline}")
+            console.print(f"structure: {result.structure.headline}", markup=False)
             if validation is None:
                 console.print("vLLM load: unverified (mxtrim validate OUT --serve, or the serve command in README.md)")
         if validation is not None:

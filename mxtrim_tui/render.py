@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from rich import box
 from rich.console import Console, Group as RichGroup
+from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
@@ -118,7 +119,7 @@ def render_inventory(inv: Inventory, console: Console) -> None:
         console.print("[bold red]custom code present[/] — listed only, never executed")
 
     if inv.unassigned:
-        console.print(f"[yellow]{len(inv.unassigned)} unassigned tensor(s):[/] " + ", ".join(inv.unassigned[:5]))
+        console.print(f"[yellow]{len(inv.unassigned)} unassigned tensor(s):[/] " + escape(", ".join(inv.unassigned[:5])))
     if inv.warnings:
         console.print(RichGroup(*[Text("⚠ " + w, style="yellow") for w in inv.warnings]))
 
@@ -147,7 +148,7 @@ def _print_needed_shards(plan, console: Console, repo: str | None = None) -> Non
     if not needed or (total < 2 and not src.absent_shards):
         return
     names = ", ".join(s.file for s in needed[:6]) + (f", … ({len(needed) - 6} more)" if len(needed) > 6 else "")
-    console.print(f"a real-weight trim {needed_summary(needed, total)}: {names}  [dim](--fetch-list prints them one per line)[/]")
+    console.print(f"a real-weight trim {escape(needed_summary(needed, total))}: {escape(names)}  [dim](--fetch-list prints them one per line)[/]")
     missing = missing_shards(needed)
     if missing:
         repo = repo_id(src.config, repo)

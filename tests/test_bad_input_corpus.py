@@ -115,9 +115,9 @@ import pytest
 
 from engine_support import mount_tmpfs, run_cli, tree_digest
 from mxtrim_tui import cli
-from mxtrim_tui.synth.checkpoint import write_checkpoint
-from mxtrim_tui.synth.layouts.deepseek import deepseek_v3, kimi_k2
-from mxtrim_tui.synth.layouts.llama import llama3
+from synth.checkpoint import write_checkpoint
+from synth.layouts.deepseek import deepseek_v3, kimi_k2
+from synth.layouts.llama import llama3
 
 INDEX = "model.safetensors.index.json"
 COMMANDS = ("inspect", "plan", "dummy", "weights")

@@ -7,8 +7,8 @@ import pytest
 from engine_support import plan_for
 from mxtrim_tui.core.plan.budget import BudgetInputs, check_parallelism, compute_budget, parse_budget_inputs
 from mxtrim_tui.core.probe.gpu import probe_gpus, probe_metax
-from mxtrim_tui.synth.checkpoint import write_checkpoint
-from mxtrim_tui.synth.layouts import all_layouts
+from synth.checkpoint import write_checkpoint
+from synth.layouts import all_layouts
 
 GiB = 2**30
 

@@ -11,8 +11,8 @@ import pytest
 from engine_support import plan_for
 from mxtrim_tui.core.plan.budget import BudgetInputs, check_parallelism, compute_budget, recurrent_state_bytes, text_config
 from mxtrim_tui.core.plan.partition import pp_stages, rank_weights
-from mxtrim_tui.synth.checkpoint import Layout, write_checkpoint
-from mxtrim_tui.synth.layouts import all_layouts
+from synth.checkpoint import Layout, write_checkpoint
+from synth.layouts import all_layouts
 
 LAYOUTS = all_layouts()
 GiB = 1 << 30

@@ -89,6 +89,7 @@ def test_a_verdict_is_remembered_only_for_the_same_inputs(sources, tmp_path, mon
     assert list(entries[0].parent.glob("*.json")) == []
 
 
+@pytest.mark.slow
 def test_the_cli_answers_the_same_with_and_without_the_remembered_verdict(sources, tmp_path):
     """`plan` then `trim` of the same selection: the trim's verdict and plan are the plan's;
     with the cache off (a fresh check in a child process) they are the same again."""

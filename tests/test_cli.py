@@ -11,8 +11,8 @@ import pytest
 
 from engine_support import REPO, run_cli
 from mxtrim_tui.demo import build_demo
-from mxtrim_tui.synth.checkpoint import write_checkpoint
-from mxtrim_tui.synth.layouts.deepseek import deepseek_v3
+from synth.checkpoint import write_checkpoint
+from synth.layouts.deepseek import deepseek_v3
 
 
 @pytest.fixture(scope="module")
@@ -169,7 +169,7 @@ def test_parallelism_vllm_would_refuse_blocks_the_trim(demo, tmp_path):
 
 # --- the report and the progress events -------------------------------------------------------
 def test_dummy_report_summarises_the_weight_shards(tmp_path):
-    from mxtrim_tui.synth.layouts import all_layouts
+    from synth.layouts import all_layouts
 
     root = write_checkpoint(tmp_path / "DeepSeek-V3", all_layouts()["deepseek_v3"](), data="sparse")
     shards = sorted(root.glob("*.safetensors"))

@@ -220,3 +220,14 @@ def test_loads_offline(demo):
     assert chat.startswith("<|bos|><|system|>") and chat.endswith("<|assistant|>\n")
     gen = transformers.GenerationConfig.from_pretrained(demo, local_files_only=True)
     assert gen.eos_token_id == config.eos_token_id
+
+
+def test_the_shipped_tokenizer_is_the_one_training_reproduces():
+    """mxtrim ships the demo's trained tokenizer.json (no training library at run time);
+    retraining on the same corpus gives it back byte for byte."""
+    pytest.importorskip("tokenizers")
+    from synth.tokenizer_training import build_tokenizer_json
+
+    from mxtrim_tui.demo.tokenizer import tokenizer_json_text
+
+    assert build_tokenizer_json(512) == tokenizer_json_text()

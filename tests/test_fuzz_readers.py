@@ -490,8 +490,8 @@ def make_base(root: Path, kind: str) -> Path:
     """The pristine directories cases start from: "sharded" (the 2-layer tiny Llama in 12
     shards), "single" (4 layers, one file, for re-slicing per-layer lists) and "big" (120
     layers in 7 shards: an 87 KiB index, more than one of the piecewise parser's pieces)."""
-    from mxtrim_tui.synth.checkpoint import write_checkpoint
-    from mxtrim_tui.synth.layouts.llama import llama3
+    from synth.checkpoint import write_checkpoint
+    from synth.layouts.llama import llama3
 
     layers, shard_bytes = {"sharded": (2, 40_000), "single": (4, None), "big": (120, 2_000_000)}[kind]
     layout = llama3(num_layers=layers, hidden_size=64, vocab_size=128)

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from engine_support import run_cli
-from mxtrim_tui.synth.checkpoint import write_checkpoint
-from mxtrim_tui.synth.layouts.llama import llama3
+from synth.checkpoint import write_checkpoint
+from synth.layouts.llama import llama3
 
 
 @pytest.fixture

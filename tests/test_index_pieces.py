@@ -13,7 +13,7 @@ from engine_support import load_index
 from mxtrim_tui.core.read import source
 from mxtrim_tui.core.errors import InputError
 from mxtrim_tui.core.read.source import INDEX_NAME, open_source
-from mxtrim_tui.synth.checkpoint import Layout, write_checkpoint
+from synth.checkpoint import Layout, write_checkpoint
 
 ODD_NAMES = ['odd}name.weight', 'quote"name.weight', "line\nbreak.weight", "caf\u00e9.weight", "tab\tname.weight"]
 

@@ -19,8 +19,10 @@ from benchmarks.interruptions import event_of, interrupt, rerun_problems, start_
 from engine_support import mount_tmpfs, plan_for, run_cli, tree_digest
 from mxtrim_tui.core.write.extract_script import SCRIPT_NAME, build_extraction
 from mxtrim_tui.core.write.leftovers import find_leftovers
-from mxtrim_tui.synth.checkpoint import write_checkpoint
-from mxtrim_tui.synth.layouts.llama import llama3
+from synth.checkpoint import write_checkpoint
+from synth.layouts.llama import llama3
+
+pytestmark = pytest.mark.slow  # real signals to real trims of a 670 MB source
 
 TRIM_ARGS = ("--mode", "weights", "--keep", "0,3", "--max-shard-size", "100MB")
 

@@ -13,8 +13,8 @@ import pytest
 
 from mxtrim_tui.core.model.inventory import build_inventory
 from mxtrim_tui.core.read.source import open_source
-from mxtrim_tui.synth.checkpoint import write_checkpoint
-from mxtrim_tui.synth.layouts import all_layouts
+from synth.checkpoint import write_checkpoint
+from synth.layouts import all_layouts
 
 LAYOUTS = all_layouts()
 
@@ -88,6 +88,7 @@ def test_every_layout_has_an_expectation():
 
 
 @pytest.mark.parametrize("key", sorted(EXPECTED))
+@pytest.mark.slow
 def test_family_inventory_at_full_size(tmp_path, key):
     family, depth, per_layer, mtp = EXPECTED[key]
     inv, layout = inventory_of(tmp_path, key)

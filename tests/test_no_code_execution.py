@@ -11,8 +11,8 @@ import json
 import pytest
 
 from engine_support import run_cli, tree_digest
-from mxtrim_tui.synth.checkpoint import write_checkpoint
-from mxtrim_tui.synth.layouts.llama import llama3
+from synth.checkpoint import write_checkpoint
+from synth.layouts.llama import llama3
 
 MARKER_CODE = "import os\nopen(os.path.join(os.environ['MXTRIM_MARKERS'], __name__ + '.ran'), 'w').close()\n"
 MODULES = ("configuration_marker", "modeling_marker", "tokenization_marker", "__init__", "setup", "conftest")
@@ -41,6 +41,7 @@ def armed(tmp_path_factory):
     return src, markers, {"MXTRIM_MARKERS": str(markers)}
 
 
+@pytest.mark.slow
 def test_no_command_runs_the_models_code_unless_asked(armed, tmp_path):
     src, markers, env = armed
     before = tree_digest(src)

@@ -19,9 +19,11 @@ import pytest
 
 from engine_support import run_cli, tree_digest
 
-from mxtrim_tui.synth.checkpoint import plan_shards, write_checkpoint
-from mxtrim_tui.synth.layouts.deepseek import deepseek_v3
-from mxtrim_tui.synth.layouts.glm import glm_moe_dsa
+from synth.checkpoint import plan_shards, write_checkpoint
+from synth.layouts.deepseek import deepseek_v3
+from synth.layouts.glm import glm_moe_dsa
+
+pytestmark = pytest.mark.slow  # full-size sparse releases (GLM-5, DeepSeek-V3) in five download states
 
 INDEX = "model.safetensors.index.json"
 KEEP = ["--keep", "0,3"]

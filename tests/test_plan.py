@@ -14,8 +14,8 @@ from mxtrim_tui.core.plan.build import Selection, SelectionError, build_plan, pa
 from mxtrim_tui.core.read.source import open_source
 from mxtrim_tui.core.plan.budget import BudgetInputs
 from mxtrim_tui.core.write.writer import OutputError, default_output_dir, estimate_dummy_bytes, write_dummy
-from mxtrim_tui.synth.checkpoint import write_checkpoint
-from mxtrim_tui.synth.layouts import all_layouts
+from synth.checkpoint import write_checkpoint
+from synth.layouts import all_layouts
 
 LAYOUTS = all_layouts()
 # transformers has no built-in config class for these (the real repos need remote code)
@@ -90,6 +90,7 @@ def test_glm5_reproduces_the_public_hand_trim(sparse_models, tmp_path):
 
 # --- every family: auto plan, output obeys the family's own runtime rules ---------------
 @pytest.mark.parametrize("key", sorted(LAYOUTS))
+@pytest.mark.slow
 def test_auto_trim_output_config_builds_the_kept_kinds(sparse_models, tmp_path, key):
     root = sparse_models(key)
     before = tree_digest(root, 1 << 16)
@@ -371,6 +372,7 @@ def test_dummy_size_estimate_is_exact(sparse_models, tmp_path, serve):
 
 
 # --- CLI --------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_cli_plan_writes_nothing_and_trim_reports_json(sparse_models, tmp_path):
     root = sparse_models("deepseek_v3")
     before = set(tmp_path.iterdir())
@@ -398,6 +400,7 @@ def test_cli_blocking_errors_and_bad_specs(sparse_models, tmp_path):
     assert out.returncode == 0 and "Coverage" in out.stdout
 
 
+@pytest.mark.slow
 def test_fetch_list_names_exactly_the_shards_a_weights_trim_reads(tmp_path):
     """--fetch-list: the shards holding layers 0 and 3 and the non-layer tensors, from the
     index; the real-weight trim's manifest reads from exactly those."""

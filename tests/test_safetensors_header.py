@@ -194,7 +194,7 @@ def test_padding_spaces_and_empty_tensors_are_valid(tmp_path):
 
 def test_sparse_file_reads_without_touching_data(tmp_path):
     """A full-size header over a hole: the reader validates it from the header alone."""
-    from mxtrim_tui.synth.checkpoint import write_safetensors
+    from synth.checkpoint import write_safetensors
 
     p = tmp_path / "sparse.safetensors"
     size = write_safetensors(p, [("big", "BF16", (32768, 32768))], data="sparse")

@@ -21,8 +21,8 @@ import pytest
 from engine_support import REPO, plan_for, run_cli
 from mxtrim_tui.core.read.source import TIKTOKEN_DETAIL, FileKind, open_source
 from mxtrim_tui.core.write.writer import OVER_SIDE_LIMIT, SIDE_FILE_LIMIT_BYTES, asset_files, not_copied_files
-from mxtrim_tui.synth.checkpoint import write_checkpoint
-from mxtrim_tui.synth.layouts.deepseek import kimi_k2
+from synth.checkpoint import write_checkpoint
+from synth.layouts.deepseek import kimi_k2
 
 # Multi-byte tokens after the 256 single bytes, each the concatenation of two earlier ones.
 MERGES = ["he", "ll", "llo", "He", "Hello", " w", "or", " wor", "ld", " world", "th", " th", "in", "er", "an", "es"]
@@ -221,6 +221,7 @@ def test_copy_list_and_reasons(kimi_source):
 
 
 # --- the end-to-end requirement ------------------------------------------------------------
+@pytest.mark.slow
 def test_kimi_k2_dummy_output_has_a_complete_tokenizer(kimi_source, tmp_path):
     pytest.importorskip("transformers")
     out = tmp_path / "out"

@@ -12,7 +12,7 @@ import pytest
 from engine_support import load_index
 from mxtrim_tui.core.errors import IndexConsistencyError, InputError, SafetensorsFormatError
 from mxtrim_tui.core.read.source import FileKind, open_source
-from mxtrim_tui.synth.checkpoint import Layout, write_checkpoint
+from synth.checkpoint import Layout, write_checkpoint
 
 CFG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": 2, "hidden_size": 8}
 

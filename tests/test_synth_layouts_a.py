@@ -14,8 +14,8 @@ import re
 import pytest
 
 from mxtrim_tui.core.read.safetensors_io import read_header, tensor_nbytes
-from mxtrim_tui.synth.checkpoint import plan_shards, write_checkpoint
-from mxtrim_tui.synth.layouts import deepseek, glm, qwen, qwen_next
+from synth.checkpoint import plan_shards, write_checkpoint
+from synth.layouts import deepseek, glm, qwen, qwen_next
 
 LAYOUTS = {**deepseek.LAYOUTS, **glm.LAYOUTS, **qwen.LAYOUTS, **qwen_next.LAYOUTS}
 
@@ -75,6 +75,7 @@ def test_full_size_counts(key):
 
 
 @pytest.mark.parametrize("key", sorted(FULL))
+@pytest.mark.slow
 def test_full_size_sparse_checkpoint_headers(key, tmp_path):
     layout = LAYOUTS[key]()
     root = write_checkpoint(tmp_path / key, layout, data="sparse", tokenizer=False)

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from mxtrim_tui.core.read.safetensors_io import read_header, tensor_nbytes
-from mxtrim_tui.synth.checkpoint import Layout, write_checkpoint
-from mxtrim_tui.synth.layouts import gemma, gpt_oss, jamba, llama, mixtral, nemotron_h, qwen_vl
+from synth.checkpoint import Layout, write_checkpoint
+from synth.layouts import gemma, gpt_oss, jamba, llama, mixtral, nemotron_h, qwen_vl
 
 MODULES = [qwen_vl, gemma, llama, mixtral, gpt_oss, nemotron_h, jamba]
 FUNCS = {key: fn for mod in MODULES for key, fn in mod.LAYOUTS.items()}

@@ -27,11 +27,13 @@ EXACT_ARCHITECTURES = [
 
 
 @pytest.mark.parametrize("model_type", EXACT_ARCHITECTURES)
+@pytest.mark.slow
 def test_sweep_share_builds_exactly_the_kept_layers(model_type, tmp_path):
     row = run_one(model_type, architectures_map()[model_type], tmp_path)
     assert row.outcome == "exact", (row.detail, [c.__dict__ for c in row.cases])
 
 
+@pytest.mark.slow
 def test_a_rule_about_the_last_layer_is_refused_with_a_selection_that_works(tmp_path):
     src = make_source("gpt_neox_japanese", tmp_path / "src")
     r = run_cli("plan", str(src), "--keep", "0,1,4,5")

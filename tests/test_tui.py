@@ -10,8 +10,8 @@ from rich.text import Text
 
 from mxtrim_tui.core.probe.gpu import GpuProbe
 from mxtrim_tui.demo.build import build_demo
-from mxtrim_tui.synth.checkpoint import write_checkpoint
-from mxtrim_tui.synth.layouts import all_layouts
+from synth.checkpoint import write_checkpoint
+from synth.layouts import all_layouts
 from mxtrim_tui.tui.app import MxtrimApp
 from tui_support import plain, settle, wait_for
 
@@ -103,6 +103,7 @@ async def full_session(tmp_path: Path, source: Path, size=(80, 24)):
 
 
 @pytest.mark.asyncio
+@pytest.mark.slow
 async def test_full_session_on_the_demo_model(tmp_path):
     demo = build_demo(tmp_path / "demo")
     out = await full_session(tmp_path, demo)
@@ -114,6 +115,7 @@ async def test_full_session_on_the_demo_model(tmp_path):
 
 
 @pytest.mark.asyncio
+@pytest.mark.slow
 async def test_full_session_on_a_sparse_deepseek_v3(tmp_path):
     src = write_checkpoint(tmp_path / "DeepSeek-V3", all_layouts()["deepseek_v3"](), data="sparse")
     out = await full_session(tmp_path, src, size=(160, 48))
@@ -180,6 +182,7 @@ async def test_cancel_kills_the_child_and_quitting_leaves_no_process(tmp_path):
 
 
 @pytest.mark.asyncio
+@pytest.mark.slow
 async def test_run_log_follows_a_burst_of_lines_until_the_user_scrolls_up(tmp_path):
     """A child that writes hundreds of lines at once: the log stays at the newest line; once the
     user scrolls up it stays where they read, and going back to the bottom follows again."""

@@ -69,6 +69,7 @@ async def write_and_wait(app, pilot) -> dict:
 
 # --- 1. a typed output path is kept, resolved and written to exactly -------------------------
 @pytest.mark.asyncio
+@pytest.mark.slow
 async def test_typed_output_path_survives_navigation_mode_switch_and_runs(tmp_path, demo):
     app, ws = make_app(tmp_path, demo)
     async with app.run_test(size=SIZE) as pilot:
@@ -117,6 +118,7 @@ async def test_typed_output_path_survives_navigation_mode_switch_and_runs(tmp_pa
 # --- 2. an unwritable location: one clear line, no traceback, nothing created ---------------
 @pytest.mark.asyncio
 @pytest.mark.parametrize("where", ["under-a-file", "proc"])
+@pytest.mark.slow
 async def test_unwritable_output_location_is_refused_before_writing(tmp_path, demo, where):
     app, ws = make_app(tmp_path, demo)
     (ws / "README.md").write_text("a regular file\n")
@@ -140,6 +142,7 @@ async def test_unwritable_output_location_is_refused_before_writing(tmp_path, de
 
 # --- 3. budget fields: validated, marked, and carried into the serve command ----------------
 @pytest.mark.asyncio
+@pytest.mark.slow
 async def test_budget_fields_are_validated_and_reach_the_report(tmp_path, demo):
     app, ws = make_app(tmp_path, demo)
     async with app.run_test(size=(100, 30)) as pilot:
@@ -191,6 +194,7 @@ async def test_budget_fields_are_validated_and_reach_the_report(tmp_path, demo):
 
 # --- 4. advertised keys work from each screen's initial focus -------------------------------
 @pytest.mark.asyncio
+@pytest.mark.slow
 async def test_advertised_keys_work_from_the_initial_focus(tmp_path, demo):
     (tmp_path / "models-unique-dir").mkdir()
     app, ws = make_app(tmp_path, demo)

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from mxtrim_tui.synth.checkpoint import write_checkpoint
-from mxtrim_tui.synth.layouts.deepseek import deepseek_v3
+from synth.checkpoint import write_checkpoint
+from synth.layouts.deepseek import deepseek_v3
 from mxtrim_tui.tui.app import ErrorScreen
 from tui_support import make_app, plain, settle, wait_for
 
@@ -129,6 +129,7 @@ async def test_index_only_source_shows_what_is_missing_and_offers_no_real_weight
 
 
 @pytest.mark.asyncio
+@pytest.mark.slow
 async def test_partial_source_allows_real_weights_only_while_the_needed_shards_are_present(sources, tmp_path):
     (dirs, weight_map, listed, auto) = sources
     app, ws = make_app(tmp_path, dirs["partial"])

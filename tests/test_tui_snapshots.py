@@ -8,6 +8,8 @@ are cleared and workers are awaited before the capture. Update with
 
 from __future__ import annotations
 
+import fcntl
+import os
 import shutil
 from collections import namedtuple
 from pathlib import Path
@@ -27,10 +29,25 @@ SIZES = {"80x24": (80, 24), "160x48": (160, 48)}
 STEPS = {"source": 0, "inventory": 1, "selection": 2, "budget": 3, "output": 4}
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def demo():
-    shutil.rmtree(FIXTURES, ignore_errors=True)
-    return build_demo(FIXTURES / "models" / "mxtrim-demo-moe")
+    """The demo at its fixed path, for one test at a time: the paths are on screen, so parallel
+    workers (pytest-xdist) cannot each have their own; a lock held for the whole test keeps the
+    others out, and the demo (built the same on every run) is built once."""
+    FIXTURES.parent.mkdir(parents=True, exist_ok=True)
+    with open(f"{FIXTURES}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        model = FIXTURES / "models" / "mxtrim-demo-moe"
+        run = os.environ.get("PYTEST_XDIST_TESTRUNUID") or str(os.getpid())  # built afresh by every run
+        stamp = FIXTURES / ".built-by"
+        if not stamp.is_file() or stamp.read_text() != run:
+            shutil.rmtree(FIXTURES, ignore_errors=True)
+            tmp = FIXTURES.with_name(FIXTURES.name + ".building")
+            shutil.rmtree(tmp, ignore_errors=True)
+            build_demo(tmp / "models" / "mxtrim-demo-moe")
+            (tmp / ".built-by").write_text(run)
+            tmp.rename(FIXTURES)
+        yield model
 
 
 def pinned_environment() -> dict:
@@ -78,6 +95,7 @@ async def _ready(app, pilot, presses: int) -> None:
 
 @pytest.mark.parametrize("size", SIZES)
 @pytest.mark.parametrize("screen", STEPS)
+@pytest.mark.slow
 def test_screen(snap_compare, make_app, screen, size):
     async def run_before(pilot):
         await _ready(pilot.app, pilot, STEPS[screen])
@@ -86,6 +104,7 @@ def test_screen(snap_compare, make_app, screen, size):
 
 
 @pytest.mark.parametrize("size", SIZES)
+@pytest.mark.slow
 def test_run_screen_after_a_dummy_trim(snap_compare, make_app, size, monkeypatch):
     # The output README lists the interpreter and package paths of the checkout that runs the
     # test, so its byte count differs between clones; pin that one number in the streamed log.
@@ -119,6 +138,7 @@ def test_run_screen_after_a_dummy_trim(snap_compare, make_app, size, monkeypatch
 
 
 @pytest.mark.parametrize("size", SIZES)
+@pytest.mark.slow
 def test_help_screen(snap_compare, make_app, size):
     async def run_before(pilot):
         app = pilot.app

@@ -72,6 +72,7 @@ async def test_no_vllm_anywhere_the_dialog_says_where_it_looked_and_starts_nothi
 
 
 @pytest.mark.asyncio
+@pytest.mark.slow
 async def test_an_existing_output_is_validated_with_the_interpreter_typed_and_kept(tmp_path, demo, existing_output, vllm_env):
     app, _ = make_app(tmp_path, demo)
     async with app.run_test(size=(120, 40)) as pilot:

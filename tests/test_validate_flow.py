@@ -89,6 +89,7 @@ def rows(doc: dict) -> dict[str, dict]:
     return {r["check"]: r for r in doc["rows"]}
 
 
+@pytest.mark.slow
 def test_checks_after_a_failed_one_are_skipped_with_the_reason_and_the_json_is_whole(setup):
     """The server dies at the first request: generation fails; equivalence is not attempted
     against a dead server (no traceback), it says why; the JSON and the record are written."""
@@ -106,6 +107,7 @@ def test_checks_after_a_failed_one_are_skipped_with_the_reason_and_the_json_is_w
     assert "| equivalence with the original (greedy tokens) | not run (unverified) | skipped: " in readme
 
 
+@pytest.mark.slow
 def test_a_start_that_keeps_logging_is_waited_for_past_the_timeout(setup):
     proc, doc = validate(setup, "slow-start", timeout="3")
     start = rows(doc)["start-up"]
@@ -113,6 +115,7 @@ def test_a_start_that_keeps_logging_is_waited_for_past_the_timeout(setup):
     assert float(start["detail"].split("after ")[1].split(" s")[0]) > 3  # longer than the timeout, still making progress
 
 
+@pytest.mark.slow
 def test_a_start_that_stops_making_progress_says_what_it_was_doing(setup):
     proc, doc = validate(setup, "stall", timeout="2")
     start = rows(doc)["start-up"]
@@ -121,6 +124,7 @@ def test_a_start_that_stops_making_progress_says_what_it_was_doing(setup):
     assert doc["server_exit"]["survivors"] == []
 
 
+@pytest.mark.slow
 def test_every_check_is_listed_with_the_settings_used(setup):
     """After a validation the output's README lists every check (run or not, with why) and
     the settings the server actually ran with, next to the command it ran."""

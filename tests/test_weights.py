@@ -29,8 +29,8 @@ from mxtrim_tui.core.write.structure_check import CHECKED, NOT_CHECKED, PARTIAL,
 from mxtrim_tui.core.units import DEFAULT_MAX_SHARD_BYTES
 from mxtrim_tui.core.write.weights_writer import AccountingError, Cancelled, check_accounting, extraction_script, write_weights
 from mxtrim_tui.core.write.writer import OutputError, write_dummy
-from mxtrim_tui.synth.checkpoint import write_checkpoint
-from mxtrim_tui.synth.layouts import all_layouts
+from synth.checkpoint import write_checkpoint
+from synth.layouts import all_layouts
 
 LAYOUTS = all_layouts()
 
@@ -507,6 +507,7 @@ def _wait_for(proc, kind: str) -> list[dict]:
     raise AssertionError(f"no {kind} event; saw {seen}")
 
 
+@pytest.mark.slow
 def test_sigterm_during_cli_trim_leaves_nothing(big_source, tmp_path):
     before = tree_digest(big_source)
     out = tmp_path / "models" / "llama-weights"
@@ -574,6 +575,7 @@ def test_cli_weights_json(random_source, tmp_path):
     assert "model.layers.0.mlp.down_proj.weight" in st_tensors(out)
 
 
+@pytest.mark.slow
 def test_cli_weights_with_sha256_records_sha256_of_every_tensor(random_source, tmp_path):
     """--hash sha256: the script hashes with SHA-256 as it copies, the manifest says so and
     every digest is the SHA-256 of the tensor's bytes."""

@@ -23,8 +23,8 @@ from bisect import bisect_left
 from pathlib import Path
 from statistics import NormalDist
 
-from ..synth.checkpoint import write_safetensors
-from ..synth.tokenizer import special_token_ids, tokenizer_vocab_size, write_tokenizer
+from ..core.read.safetensors_io import build_header_bytes, tensor_nbytes
+from .tokenizer import special_token_ids, tokenizer_vocab_size, write_tokenizer
 
 # Bump whenever the builder's output changes: the cache directory name carries it, so an old
 # demo is never mistaken for the current one.
@@ -324,6 +324,19 @@ Delete this directory at any time; mxtrim rebuilds it on demand.
 """
 
 
+def _write_shard(path: Path, specs: list[tuple[str, str, tuple[int, ...]]], payload: dict[str, bytes]) -> None:
+    """One safetensors file: the header for ``specs``, then each tensor's bytes in order."""
+    entries = [(name, dtype, shape, tensor_nbytes(dtype, shape)) for name, dtype, shape in specs]
+    for name, _, _, nbytes in entries:
+        if len(payload[name]) != nbytes:
+            raise ValueError(f"payload for {name} is {len(payload[name])} bytes, expected {nbytes}")
+    header, _ = build_header_bytes(entries, {"format": "pt"})
+    with open(path, "wb") as fh:
+        fh.write(header)
+        for name, _, _ in specs:
+            fh.write(payload[name])
+
+
 def build_demo(root: str | Path) -> Path:
     """Write the demo model into ``root`` (created; should be empty). Returns ``root``."""
     root = Path(root)
@@ -353,7 +366,7 @@ def build_demo(root: str | Path) -> Path:
         fname = f"model-{i:05d}-of-{n:05d}.safetensors"
         specs = [(name, _DTYPE[kind], shape) for name, kind, shape in shard]
         payload = {name: _payload(name, kind, shape) for name, kind, shape in shard}
-        write_safetensors(root / fname, specs, metadata={"format": "pt"}, payload=payload)
+        _write_shard(root / fname, specs, payload)
         for name, _, _ in shard:
             weight_map[name] = fname
         total += sum(len(b) for b in payload.values())

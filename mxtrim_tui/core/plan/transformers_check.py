@@ -26,12 +26,12 @@ from __future__ import annotations
 
 import copy
 import re
-import warnings
 from dataclasses import dataclass
 from functools import lru_cache
 
 from ..units import index_ranges
-from ..write.structure_check import quiet_transformers as _quiet
+from ..checks.imports import import_torch_transformers
+from ..checks.imports import quiet_transformers as _quiet
 
 EXACT = "exact"
 MISMATCH = "mismatch"
@@ -62,17 +62,6 @@ class TransformersCheck:
         }
 
 
-def _imports():
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            import torch
-            import transformers
-    except ImportError as exc:
-        return None, None, f"transformers / torch not installed ({exc.name})"
-    return torch, transformers, None
-
-
 def _first_line(exc: BaseException) -> str:
     """The exception in one line; a validation wrapper gives its cause's message."""
     cause = exc.__cause__ or exc
@@ -95,7 +84,7 @@ class Builder:
     """Builds models of one architecture on ``meta`` from config dicts."""
 
     def __init__(self, config: dict):
-        self.torch, self.transformers, self.unavailable = _imports()
+        self.torch, self.transformers, self.unavailable = import_torch_transformers()
         self.model_class = None
         if self.unavailable:
             return
@@ -652,7 +641,7 @@ def _cover_every_signature(plan, check):
                          + ": transformers builds them differently from the kept ones")
             return dataclasses.replace(wider, auto=dict(wider.auto, text=True), issues=wider.issues + [note]), wcheck
     note = Issue("warning", f"the automatic selection does not cover layers {', '.join(map(str, extra))}, which transformers "
-                 "builds differently, because no nearby selection with them builds exactly", f"add them with --keep and --force")
+                 "builds differently, because no nearby selection with them builds exactly", "add them with --keep and --force")
     return dataclasses.replace(plan, issues=plan.issues + [note]), check
 
 

@@ -17,7 +17,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 from collections import deque

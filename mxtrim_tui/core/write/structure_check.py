@@ -30,14 +30,13 @@ import json
 import os
 import re
 import tempfile
-import warnings
 from collections import Counter
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..model.inventory import SCALE_SUFFIXES
 from ..plan.build import TrimPlan
+from ..checks.imports import import_torch_transformers, quiet_transformers
 from ..read.source import ModelSource, open_source
 
 CHECKED = "checked"
@@ -167,13 +166,9 @@ def check_structure(out_dir: str | Path, plan: TrimPlan, written: ModelSource | 
 
 def _run_check(out_dir: Path, tensors, facts: dict) -> StructureResult:
     """:func:`_check` with torch and transformers imported (quietly), or why not."""
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            import torch
-            import transformers
-    except ImportError as exc:
-        return not_checked(f"transformers / torch not installed ({exc.name})")
+    torch, transformers, unavailable = import_torch_transformers()
+    if unavailable:
+        return not_checked(unavailable)
     with quiet_transformers():
         return _check(torch, transformers, out_dir, tensors, facts)
 
@@ -185,25 +180,6 @@ def _plan_facts(plan: TrimPlan) -> dict:
         "quantized": plan.inventory.quantization is not None,
         "auto_map": bool(plan.inventory.source.config.get("auto_map")),
     }
-
-
-@contextmanager
-def quiet_transformers():
-    """transformers' warnings, log lines and progress bars silenced, restored afterwards."""
-    from transformers.utils import logging as hf_logging
-
-    verbosity = hf_logging.get_verbosity()
-    bars = hf_logging.is_progress_bar_enabled()
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            yield
-    finally:
-        hf_logging.set_verbosity(verbosity)
-        if bars:
-            hf_logging.enable_progress_bar()
 
 
 def _check(torch, transformers, out_dir: Path, tensors, facts: dict) -> StructureResult:

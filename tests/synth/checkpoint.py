@@ -7,7 +7,7 @@ import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..core.read.safetensors_io import build_header_bytes, tensor_nbytes
+from mxtrim_tui.core.read.safetensors_io import build_header_bytes, tensor_nbytes
 
 TensorSpec = tuple[str, str, tuple[int, ...]]
 
@@ -119,7 +119,7 @@ def write_checkpoint(
         doc = {"metadata": {"total_size": total}, "weight_map": weight_map}
         (root / "model.safetensors.index.json").write_text(json.dumps(doc, indent=2) + "\n")
     if tokenizer:
-        from .tokenizer import write_tokenizer
+        from mxtrim_tui.demo.tokenizer import write_tokenizer
 
         write_tokenizer(root)
     return root

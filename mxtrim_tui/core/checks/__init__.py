@@ -1,0 +1,1 @@
+"""The checks that ask transformers about a plan or an output."""
