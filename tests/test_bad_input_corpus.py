@@ -83,7 +83,7 @@ out-existing-file                      n/a      n/a      1        1
 out-under-regular-file                 n/a      n/a      1        1
 out-under-read-only-directory          n/a      n/a      1        1        ro tmpfs (skip: no mount)
 unreadable-config                      skip     skip     skip     skip     root reads mode 000
-file-name-with-newline                 1        1        1        1        escaped \\n
+file-name-with-newline                 1        1        1        1        refused in the index, escaped \\n
 file-name-not-utf8                     1        1        1        1        escaped \\udcff
 deepseek-n-routed-experts-string       1        1        1        1
 kimi-n-routed-experts-string           1        1        1        1        not blamed on auto_map
@@ -693,8 +693,10 @@ def _rename_victim(c: Ctx, new: str) -> None:
 
 @kind("file-name-with-newline")
 def _(c: Ctx) -> Case:
+    """A name with a newline: refused in the index that holds it (no checkpoint file is named
+    so), never read as a file or as a missing shard."""
     _rename_victim(c, "model-00002\nof-00004.safetensors")
-    return Case(("model-00002\\nof-00004.safetensors", "file is truncated"))
+    return Case(("model.safetensors.index.json", "model-00002\\nof-00004.safetensors", "names no checkpoint file"))
 
 
 @kind("file-name-not-utf8")

@@ -120,3 +120,21 @@ def test_a_file_name_that_is_not_utf8_is_copied_and_reported(source, tmp_path, m
     assert "recipe-\\udcff\\udcfe.yaml" in readme
     plan = json.loads((out / "mxtrim-plan.json").read_bytes().decode("utf-8"))
     assert plan["output"] == str(out)
+
+
+@pytest.mark.parametrize("bad", ["model-00001\x00.safetensors", "model-00001\n.safetensors"], ids=["NUL", "newline"])
+def test_a_shard_name_no_file_can_have_is_refused_naming_the_index(tmp_path, bad):
+    """Not taken for a partial download ("needs 1 shard that is not in the source"): a name with
+    a NUL or a newline names no checkpoint file, and the index holding it is at fault."""
+    src = write_checkpoint(tmp_path / "llama", llama3(num_layers=2, hidden_size=64, vocab_size=128), data="random",
+                           max_shard_bytes=60_000, tokenizer=False)
+    index_path = src / "model.safetensors.index.json"
+    index = json.loads(index_path.read_text())
+    first = next(iter(index["weight_map"]))
+    index["weight_map"][first] = bad
+    index_path.write_text(json.dumps(index))
+    for command in ("inspect", "plan"):
+        proc = run_cli(command, str(src))
+        assert proc.returncode != 0 and "Traceback" not in proc.stderr
+        assert str(index_path) in proc.stderr and "names no checkpoint file" in proc.stderr, proc.stderr
+        assert "not in the source" not in proc.stderr + proc.stdout

@@ -447,3 +447,66 @@ def test_the_reports_serve_command_runs_a_kept_mtp_layer(sparse_models, tmp_path
     _, without = inventory_and_plan(sparse_models("deepseek_v3"), ["0,5"], mtp=False)
     assert "--speculative-config" in serve_command(plan, tmp_path / "x", "dummy")
     assert "--speculative-config" not in serve_command(without, tmp_path / "x", "dummy")
+
+
+def test_gpt2_of_identical_layers_keeps_one_layer(tmp_path):
+    """A string the length of the stack ("gelu_new", 8 characters at 8 layers) is one value, not
+    a per-layer list: GPT-2's eight identical layers are one kind, and the automatic set is one
+    layer (it was all eight, each "activation_function=<one letter>")."""
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.GPT2Config(n_layer=8, n_embd=32, n_head=2, n_positions=64, vocab_size=128)
+    assert len(cfg.activation_function) == 8
+    src = tmp_path / "gpt2"
+    transformers.GPT2LMHeadModel(cfg).save_pretrained(src)
+    proc = run_cli("plan", str(src), "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["kept"]["text"] == [0], doc["kept"]
+    assert "activation_function=" not in proc.stdout
+
+
+def test_a_module_list_given_as_a_string_is_refused_naming_where(tmp_path):
+    """quantization_config.modules_to_not_convert as "lm_head" (not ["lm_head"]): never ignored."""
+    from synth.layouts.llama import llama3
+
+    src = write_checkpoint(tmp_path / "src", llama3(num_layers=4, hidden_size=64, vocab_size=128), data="sparse")
+    cfg = json.loads((src / "config.json").read_text())
+    cfg["quantization_config"] = {"quant_method": "fp8", "modules_to_not_convert": "model.layers.1.mlp"}
+    (src / "config.json").write_text(json.dumps(cfg))
+    proc = run_cli("plan", str(src))
+    assert proc.returncode != 0, proc.stdout[-2000:]
+    shown = proc.stdout + proc.stderr
+    assert "quantization_config.modules_to_not_convert is a string" in shown and '["model.layers.1.mlp"]' in shown, shown[-2000:]
+
+
+def _exaone(root: Path, config: dict) -> Path:
+    """The original EXAONE 3.x layout: Llama layers stored as transformer.h.N."""
+    from synth.checkpoint import Layout
+
+    H, V, L, I = 64, 128, 4, 128
+    tensors = [("transformer.wte.weight", "BF16", (V, H))]
+    for i in range(L):
+        p = f"transformer.h.{i}."
+        tensors += [(p + "ln_1.weight", "BF16", (H,)), (p + "ln_2.weight", "BF16", (H,))]
+        tensors += [(p + f"attn.attention.{n}.weight", "BF16", (H, H)) for n in ("q_proj", "k_proj", "v_proj", "out_proj")]
+        tensors += [(p + "mlp.c_fc_0.weight", "BF16", (I, H)), (p + "mlp.c_fc_1.weight", "BF16", (I, H)), (p + "mlp.c_proj.weight", "BF16", (H, I))]
+    tensors += [("transformer.ln_f.weight", "BF16", (H,)), ("lm_head.weight", "BF16", (V, H))]
+    cfg = {"hidden_size": H, "num_layers": L, "num_attention_heads": 4, "num_key_value_heads": 4, "intermediate_size": I,
+           "vocab_size": V, **config}
+    return write_checkpoint(root, Layout("exaone", cfg, tensors), data="sparse", tokenizer=False)
+
+
+def test_the_original_exaone_layout_is_read_and_a_layout_mismatch_names_where_layers_were_sought(tmp_path):
+    src = _exaone(tmp_path / "exaone", {"architectures": ["ExaoneForCausalLM"], "model_type": "exaone"})
+    doc = json.loads(run_cli("plan", str(src), "--keep", "0,2", "--json").stdout)
+    assert doc["kept"]["text"] == [0, 2]
+    assert {e["field"]: e["after"] for e in doc["config_edits"]}.get("num_layers") == 2, doc["config_edits"]
+    # the same tensors under a Llama config: no model.layers.N. tensor; the refusal says so, and
+    # never prints an empty list of layers or an empty fix
+    llama = _exaone(tmp_path / "as-llama", {"architectures": ["LlamaForCausalLM"], "model_type": "llama"})
+    for keep in ([], ["--keep", "0,1"]):
+        proc = run_cli("plan", str(llama), *keep)
+        assert proc.returncode != 0
+        shown = " ".join((proc.stdout + proc.stderr).split())
+        assert "no tensor of the checkpoint is named model.layers.N." in shown, shown[-1500:]
+        assert "choose indices in )" not in shown and "this model has: )" not in shown and "layers none" not in shown

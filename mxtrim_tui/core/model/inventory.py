@@ -520,6 +520,8 @@ def _build_inventory(source: ModelSource) -> Inventory:
         source, fam, submodels, depth, mtp_n, stack_of, st_cfg, text_cfg, text_depth, text_stack, quantized, memo, warnings
     )
     problems = _depth_problems(source, fam, submodels.get("text"), text_stack, st_cfg.get("text", text_cfg), text_depth, warnings)
+    if quant is not None:
+        problems += quant.problems
     _check_mtp_layer_count(source, fam, submodels, mtp_n, warnings)
     if quant is not None:
         _mark_quant_ignored(quant, submodels, splitter, mtp_prefixes, prefix_owner)
@@ -671,7 +673,10 @@ def _config_traits(cfg: dict, depth: int | None):
         return None
     lists = {k: v for k, v in cfg.items() if isinstance(v, list) and len(v) == depth and k != "layer_types"
              and len({json.dumps(x, sort_keys=True) for x in v}) > 1}
-    patterns = {k: v for k, v in cfg.items() if isinstance(v, str) and len(v) == depth and len(set(v)) > 1}
+    # a string is a per-layer list only when its name says it is a pattern (hybrid_override_pattern:
+    # one letter per layer); "gelu_new" or "bfloat16" at 8 layers is one value, not 8
+    patterns = {k: v for k, v in cfg.items()
+                if isinstance(v, str) and "pattern" in k.lower() and len(v) == depth and len(set(v)) > 1}
     indices = {k: set(v) for k, v in cfg.items() if is_layer_index_list(k, v, depth)}
     if not (lists or patterns or indices):
         return None

@@ -7,6 +7,7 @@ side files (``quantize_config.json``, ``quant_config.json``, ``hf_quant_config.j
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 
@@ -38,6 +39,8 @@ class Quantization:
     config: dict
     entries: list[ModuleEntry] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    # (message, fix) of what mxtrim cannot rewrite safely: the plan refuses until it is fixed
+    problems: list[tuple[str, str]] = field(default_factory=list)
 
     def summary(self) -> str:
         cfg = self.config
@@ -51,10 +54,19 @@ class Quantization:
         return f"{self.method} ({', '.join(bits)})" if bits else self.method
 
 
-def _collect(obj, path, out: list[ModuleEntry]):
+def _collect(obj, path, out: list[ModuleEntry], problems: list[tuple[str, str]]):
     if isinstance(obj, dict):
         for k, v in obj.items():
-            if k in MODULE_LIST_KEYS and isinstance(v, list):
+            if k in MODULE_LIST_KEYS and isinstance(v, str):
+                # a list of module names given as one string: read as a list, a runtime would
+                # walk it character by character; never silently left as it is
+                where = ".".join(map(str, (*path, k)))
+                problems.append((
+                    f"{where} is a string ({v[:80]!r}), not a list of module names: mxtrim cannot tell which layers it names, "
+                    "nor could a runtime that iterates it",
+                    f"write it as a list, e.g. {json.dumps([v])[:100]}, in the source's copy of that file",
+                ))
+            elif k in MODULE_LIST_KEYS and isinstance(v, list):
                 for i, e in enumerate(v):
                     if isinstance(e, str):
                         out.append(ModuleEntry((*path, k, i), e))
@@ -62,11 +74,11 @@ def _collect(obj, path, out: list[ModuleEntry]):
                 for name in v:
                     out.append(ModuleEntry((*path, k, name), name))
             elif isinstance(v, (dict, list)):
-                _collect(v, (*path, k), out)
+                _collect(v, (*path, k), out, problems)
     elif isinstance(obj, list):
         for i, v in enumerate(obj):
             if isinstance(v, (dict, list)):
-                _collect(v, (*path, i), out)
+                _collect(v, (*path, i), out, problems)
 
 
 def _method(cfg: dict, fallback: str) -> str:
@@ -101,7 +113,7 @@ def detect_quantization(source: ModelSource) -> Quantization | None:
     location, root_path, cfg = found[0]
     q = Quantization(_method(cfg, "compressed-tensors" if "compression" in location else "unknown"), location, cfg)
     for loc, path, c in found:
-        _collect(c, path, q.entries)
+        _collect(c, path, q.entries, q.problems)
     if len(found) > 1:
         q.warnings.append(
             "quantization configured in more than one place: "

@@ -384,6 +384,8 @@ def build_plan(inv: Inventory, selection: Selection | None = None, *, _auto_prob
 def _resolve_kept(inv: Inventory, selection: Selection, issues: list[Issue], auto: dict[str, bool], auto_probe: bool) -> dict[str, list[int]]:
     """The kept layer indices per submodel (MTP aside), with errors for unknown layers or names."""
     kept: dict[str, list[int]] = {}
+    if "text" not in inv.submodels and "text" not in selection.keep and any(st.submodel == "text" for st in inv.family.stacks):
+        issues.append(_no_layers_found(inv, "text", None))  # a trim of no layers is no trim
     for name, sm in inv.submodels.items():
         if name == "mtp":
             continue
@@ -397,12 +399,14 @@ def _resolve_kept(inv: Inventory, selection: Selection, issues: list[Issue], aut
             continue
         valid = {l.index for l in sm.layers}
         bad = [i for i in want if i not in valid]
-        if bad:
+        if bad and not valid:  # nothing to choose from: say where layers were looked for
+            issues.append(_no_layers_found(inv, name, bad))
+        elif bad:
             issues.append(
                 Issue(
                     "error",
                     f"{name}: layer(s) {index_ranges(bad)} do not exist (the {name} submodel has layers "
-                    f"{index_ranges(sorted(valid)) or 'none'})",
+                    f"{index_ranges(sorted(valid))})",
                     f"choose indices in {index_ranges(sorted(valid))}",
                 )
             )
@@ -410,12 +414,15 @@ def _resolve_kept(inv: Inventory, selection: Selection, issues: list[Issue], aut
     for name in selection.keep:
         if name == "mtp":
             issues.append(Issue("error", "MTP / draft heads are kept or dropped as a whole", "use --mtp or --no-mtp instead of --keep mtp=..."))
+        elif name not in inv.submodels and name in {st.submodel for st in inv.family.stacks}:
+            issues.append(_no_layers_found(inv, name, selection.keep[name]))
         elif name not in inv.submodels:
+            has = ", ".join(inv.submodels)
             issues.append(
                 Issue(
                     "error",
-                    f"--keep {name}=...: no submodel named {name!r} (this model has: {', '.join(inv.submodels)})",
-                    "use text=..., or one of the listed submodels",
+                    f"--keep {name}=...: no submodel named {name!r}" + (f" (this model has: {has})" if has else ""),
+                    f"use one of: {has}" if has else "check that config.json's model_type / architectures describe this checkpoint's tensor names",
                 )
             )
     return kept
@@ -645,6 +652,19 @@ def _mappings(inv: Inventory, kept, mtp_kept, old_n, new_n) -> list[LayerMap]:
                 LayerMap("mtp", layer.index, layer.index, layer.name, f"{layer.prefix}{new_stored}", layer.kind, sym.get(layer.group, "?"))
             )
     return out
+
+
+def _no_layers_found(inv: Inventory, name: str, wanted) -> Issue:
+    """Layers asked of a stack the checkpoint has none of: where they were looked for."""
+    prefixes = [p for st in inv.family.stacks if st.submodel == name for p in st.prefixes]
+    looked = " or ".join(f"{p}N." for p in prefixes) or "a numbered layer stack"
+    which = f"layer(s) {index_ranges(sorted(wanted))}" if isinstance(wanted, list) and wanted else "its layers"
+    return Issue(
+        "error",
+        f"{name}: {which} do not exist: no tensor of the checkpoint is named {looked} "
+        f"(read as {inv.family.display})",
+        "check that config.json's model_type / architectures describe this checkpoint's tensor names",
+    )
 
 
 def _rewrite_quant_entries(inv: Inventory, edits, issues, mappings: list[LayerMap], kept, mtp_kept) -> None:

@@ -830,6 +830,9 @@ def _total_size_check(index_path: Path, index: dict, shards: dict, absent: dict)
 def _safe_relpath(root: Path, rel: str, index_path: Path) -> str:
     """An index entry must name a file inside the model directory."""
     p = PurePosixPath(rel)
+    control = next((c for c in rel if ord(c) < 0x20 or ord(c) == 0x7F), None)
+    if control is not None:
+        raise IndexConsistencyError(index_path, f"shard name {rel!r} holds the control character {control!r}: it names no checkpoint file")
     if _looks_absolute(rel):
         raise IndexConsistencyError(index_path, f"shard path {rel!r} is absolute")
     if ".." in p.parts:

@@ -1,4 +1,4 @@
-"""Llama 3.x (``LlamaForCausalLM``) and Llama 4 (``Llama4ForConditionalGeneration``).
+"""Llama 3.x (``LlamaForCausalLM``), Llama 4 (``Llama4ForConditionalGeneration``) and EXAONE 3.x.
 
 Llama 4 MoE placement in vLLM: ``interleave_moe_layer_step > 0 and (idx + 1) % step == 0``
 (llama4.py; transformers' ``moe_layers`` list is ignored by vLLM). ``no_rope_layers[idx] == 0``
@@ -115,4 +115,18 @@ LLAMA4 = Family(
     formula_fix="vLLM places MoE by interleave_moe_layer_step; choose kept layers so MoE layers recur with one step",
 )
 
-FAMILIES = (LLAMA, LLAMA4)
+# EXAONE 3.x (``ExaoneForCausalLM``, vLLM's exaone.py; remote code in transformers): Llama
+# layers stored as ``transformer.h.N`` with ``num_layers`` for the depth.
+EXAONE = Family(
+    key="exaone",
+    display="EXAONE 3.x",
+    model_types=("exaone",),
+    architectures=("ExaoneForCausalLM",),
+    stacks=(
+        Stack("text", ("transformer.h.",), depth_fields=("num_layers",), attention=lambda c, i: layer_types_rule(c, i) or FULL,
+              mlp=lambda c, i: DENSE),
+    ),
+    shared=(("transformer.wte.", "embeddings"), ("transformer.ln_f.", "final norm"), ("lm_head.", "lm head")),
+)
+
+FAMILIES = (LLAMA, LLAMA4, EXAONE)
