@@ -62,8 +62,8 @@ def phase_reached(event: dict, phase: str) -> bool:
     raise ValueError(phase)
 
 
-def mxtrim(*args: str) -> list[str]:
-    return [sys.executable, "-m", "mxtrim_tui", *args]
+def mxtrim(*args: str, python_flags: tuple[str, ...] = ()) -> list[str]:
+    return [sys.executable, *python_flags, "-m", "mxtrim_tui", *args]
 
 
 # The first engine module the CLI imports (mxtrim_tui/cli.py): by then the interpreter is up
@@ -75,7 +75,7 @@ def start_trim(src: Path, out: Path, *trim_args: str) -> subprocess.Popen:
     """``mxtrim trim`` with --progress, in its own session as a shell starts a job. Python
     reports each import as it completes (``-X importtime``), so a start-up signal can be sent
     while mxtrim's own modules are being imported, whatever the machine's load."""
-    cmd = [sys.executable, "-X", "importtime", "-m", "mxtrim_tui", "trim", str(src), "--out", str(out), "--progress", *trim_args]
+    cmd = mxtrim("trim", str(src), "--out", str(out), "--progress", *trim_args, python_flags=("-X", "importtime"))
     # Ctrl-C restored to its default, as a shell does for a foreground job (under nohup or in
     # a background job it is ignored, and mxtrim rightly keeps it so)
     return subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, cwd=ROOT, start_new_session=True,

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
 from pathlib import Path
 
@@ -559,6 +558,7 @@ def cmd_demo(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     from .core import interrupts
+    from .entry import exit_interrupted
 
     interrupts.install()  # SIGTERM unwinds like Ctrl-C, so writers remove their partial output
     try:
@@ -566,20 +566,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM, even while the engine is still importing
         print("mxtrim: interrupted", file=sys.stderr)
         if argv is None:  # the command line, not a caller in the same process
-            _exit_interrupted()
+            exit_interrupted()
         return 130
-
-
-def _exit_interrupted() -> None:
-    """Exit with status 130 now. CPython kills itself with SIGINT at exit when a
-    KeyboardInterrupt once passed through exec()'d code (a dataclass made during an import),
-    even though it was handled, and a SIGTERM'd mxtrim would then seem to have died of Ctrl-C."""
-    import atexit
-
-    atexit._run_exitfuncs()  # the check child is stopped, as at a normal exit
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(130)
 
 
 def _run(argv: list[str]) -> int:

@@ -16,6 +16,16 @@ def main() -> int:
         return run()
     except KeyboardInterrupt:  # before the CLI's own handling was in place
         print("mxtrim: interrupted", file=sys.stderr)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(130)  # as the CLI does: CPython may otherwise re-raise SIGINT at exit
+        exit_interrupted()
+
+
+def exit_interrupted() -> None:
+    """Exit with status 130 now. CPython kills itself with SIGINT at exit when a
+    KeyboardInterrupt once passed through exec()'d code (a dataclass made during an import),
+    even though it was handled, and a SIGTERM'd mxtrim would then seem to have died of Ctrl-C."""
+    import atexit
+
+    atexit._run_exitfuncs()  # the check child is stopped, as at a normal exit
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(130)

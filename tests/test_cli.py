@@ -126,6 +126,7 @@ def test_trim_writes_the_chosen_serve_settings(demo, tmp_path):
     assert "intermediate_size 384 / TP=2 = 192 is not divisible by the quantization block size 128" in refused.stderr
 
 
+@pytest.mark.slow
 def test_trim_without_serve_flags_keeps_the_shell_defaults(demo, tmp_path):
     out = tmp_path / "out"
     result = run_cli("trim", str(demo), "--mode", "dummy", "--out", str(out), "--json", "--keep", "0,2,3")
@@ -168,6 +169,7 @@ def test_parallelism_vllm_would_refuse_blocks_the_trim(demo, tmp_path):
 
 
 # --- the report and the progress events -------------------------------------------------------
+@pytest.mark.slow
 def test_dummy_report_summarises_the_weight_shards(tmp_path):
     from synth.layouts import all_layouts
 

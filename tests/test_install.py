@@ -23,9 +23,8 @@ ROOT = Path(__file__).resolve().parents[1]
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not sys.platform.startswith("linux"), reason="venv layout and ptys of Linux")]
 
 
-def _venv(path: Path, *, pip: bool = True) -> Path:
-    args = [sys.executable, "-m", "venv", str(path)] + ([] if pip else ["--without-pip"])
-    subprocess.run(args, check=True)
+def _venv(path: Path) -> Path:
+    subprocess.run([sys.executable, "-m", "venv", str(path)], check=True)
     return path / "bin" / "python"
 
 

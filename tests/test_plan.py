@@ -449,6 +449,7 @@ def test_the_reports_serve_command_runs_a_kept_mtp_layer(sparse_models, tmp_path
     assert "--speculative-config" not in serve_command(without, tmp_path / "x", "dummy")
 
 
+@pytest.mark.slow
 def test_gpt2_of_identical_layers_keeps_one_layer(tmp_path):
     """A string the length of the stack ("gelu_new", 8 characters at 8 layers) is one value, not
     a per-layer list: GPT-2's eight identical layers are one kind, and the automatic set is one

@@ -43,6 +43,7 @@ def test_a_rule_about_the_last_layer_is_refused_with_a_selection_that_works(tmp_
     assert run_cli("plan", str(src), "--keep", "0-1,4-5,7").returncode == 0
 
 
+@pytest.mark.slow
 def test_refused_weights_trim_writes_nothing_and_force_writes_a_marked_output(tmp_path):
     src = make_source("gpt_neox_japanese", tmp_path / "src", data="random")
     out = tmp_path / "out"

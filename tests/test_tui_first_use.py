@@ -365,6 +365,7 @@ async def test_counts_agree_with_what_is_listed_and_written(tmp_path, demo):
 
 # --- 9. 80x24: numbers first, nothing clipped beyond reach, Help on every footer -------------
 @pytest.mark.asyncio
+@pytest.mark.slow
 async def test_80x24_numbers_visible_summary_scrolls_help_in_footer(tmp_path, demo):
     # a recent source whose path is far wider than the Recent pane
     deep = tmp_path / ("a-rather-long-directory-name-" * 3) / "models" / "Some-Model-Name-Instruct"

@@ -561,6 +561,7 @@ def test_cancel_event_stops_and_cleans_up(big_source, tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_cli_weights_json(random_source, tmp_path):
     src = random_source("qwen2_5_awq")
     out = tmp_path / "awq"

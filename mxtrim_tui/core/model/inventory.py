@@ -520,10 +520,9 @@ def _build_inventory(source: ModelSource) -> Inventory:
         source, fam, submodels, depth, mtp_n, stack_of, st_cfg, text_cfg, text_depth, text_stack, quantized, memo, warnings
     )
     problems = _depth_problems(source, fam, submodels.get("text"), text_stack, st_cfg.get("text", text_cfg), text_depth, warnings)
-    if quant is not None:
-        problems += quant.problems
     _check_mtp_layer_count(source, fam, submodels, mtp_n, warnings)
     if quant is not None:
+        problems += quant.problems
         _mark_quant_ignored(quant, submodels, splitter, mtp_prefixes, prefix_owner)
     shared = _attach_parts(submodels, shared_parts)
     groups = _group_layers(submodels)

@@ -58,8 +58,8 @@ def _collect(obj, path, out: list[ModuleEntry], problems: list[tuple[str, str]])
     if isinstance(obj, dict):
         for k, v in obj.items():
             if k in MODULE_LIST_KEYS and isinstance(v, str):
-                # a list of module names given as one string: read as a list, a runtime would
-                # walk it character by character; never silently left as it is
+                # module names given as one string: which layers it names is unclear, and a
+                # runtime iterating it would walk its characters; refused, never ignored
                 where = ".".join(map(str, (*path, k)))
                 problems.append((
                     f"{where} is a string ({v[:80]!r}), not a list of module names: mxtrim cannot tell which layers it names, "

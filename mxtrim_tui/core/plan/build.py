@@ -384,8 +384,12 @@ def build_plan(inv: Inventory, selection: Selection | None = None, *, _auto_prob
 def _resolve_kept(inv: Inventory, selection: Selection, issues: list[Issue], auto: dict[str, bool], auto_probe: bool) -> dict[str, list[int]]:
     """The kept layer indices per submodel (MTP aside), with errors for unknown layers or names."""
     kept: dict[str, list[int]] = {}
-    if "text" not in inv.submodels and "text" not in selection.keep and any(st.submodel == "text" for st in inv.family.stacks):
-        issues.append(_no_layers_found(inv, "text", None))  # a trim of no layers is no trim
+    # stacks the family declares but the checkpoint has no layers of: the text stack always (a
+    # trim of no layers is no trim), another when layers of it were asked for
+    declared = {st.submodel for st in inv.family.stacks}
+    for name in sorted(declared - set(inv.submodels)):
+        if name == "text" or name in selection.keep:
+            issues.append(_no_layers_found(inv, name, selection.keep.get(name)))
     for name, sm in inv.submodels.items():
         if name == "mtp":
             continue
@@ -414,9 +418,7 @@ def _resolve_kept(inv: Inventory, selection: Selection, issues: list[Issue], aut
     for name in selection.keep:
         if name == "mtp":
             issues.append(Issue("error", "MTP / draft heads are kept or dropped as a whole", "use --mtp or --no-mtp instead of --keep mtp=..."))
-        elif name not in inv.submodels and name in {st.submodel for st in inv.family.stacks}:
-            issues.append(_no_layers_found(inv, name, selection.keep[name]))
-        elif name not in inv.submodels:
+        elif name not in inv.submodels and name not in declared:
             has = ", ".join(inv.submodels)
             issues.append(
                 Issue(

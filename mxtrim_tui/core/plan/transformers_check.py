@@ -30,8 +30,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from ..units import index_ranges
-from ..checks.imports import import_torch_transformers
-from ..checks.imports import quiet_transformers as _quiet
+from ..checks.imports import import_torch_transformers, quiet_transformers as _quiet
 
 EXACT = "exact"
 MISMATCH = "mismatch"

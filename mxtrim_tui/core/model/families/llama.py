@@ -8,6 +8,14 @@ marks a NoPE global-attention layer; the others use chunked local attention.
 from .base import CHUNKED, DENSE, FULL, MOE, NOPE_GLOBAL, VISION_FULL, Family, Stack, first_int, layer_types_rule
 
 
+def llama_attention(cfg: dict, idx: int) -> str:
+    return layer_types_rule(cfg, idx) or FULL
+
+
+def dense(cfg: dict, idx: int) -> str:
+    return DENSE
+
+
 def llama4_attention(cfg: dict, idx: int) -> str:
     nope = cfg.get("no_rope_layers")
     if isinstance(nope, list) and idx < len(nope):
@@ -71,7 +79,7 @@ LLAMA = Family(
     model_types=("llama",),
     architectures=("LlamaForCausalLM",),
     stacks=(
-        Stack("text", ("model.layers.",), attention=lambda c, i: layer_types_rule(c, i) or FULL, mlp=lambda c, i: DENSE),
+        Stack("text", ("model.layers.",), attention=llama_attention, mlp=dense),
     ),
     shared=(("model.embed_tokens.", "embeddings"), ("model.norm.", "final norm"), ("lm_head.", "lm head")),
 )
@@ -95,7 +103,7 @@ LLAMA4 = Family(
             ("vision_model.model.layers.", "model.vision_model.model.layers."),
             config_path=("vision_config",),
             attention=lambda c, i: VISION_FULL,
-            mlp=lambda c, i: DENSE,
+            mlp=dense,
         ),
     ),
     shared=(
@@ -123,8 +131,7 @@ EXAONE = Family(
     model_types=("exaone",),
     architectures=("ExaoneForCausalLM",),
     stacks=(
-        Stack("text", ("transformer.h.",), depth_fields=("num_layers",), attention=lambda c, i: layer_types_rule(c, i) or FULL,
-              mlp=lambda c, i: DENSE),
+        Stack("text", ("transformer.h.",), depth_fields=("num_layers",), attention=llama_attention, mlp=dense),
     ),
     shared=(("transformer.wte.", "embeddings"), ("transformer.ln_f.", "final norm"), ("lm_head.", "lm head")),
 )
