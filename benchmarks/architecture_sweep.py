@@ -37,6 +37,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))  # the synthetic checkpoints (tests/synth)
 
 DEPTH = 8
+DEPTHS = (6, 8, 12)  # several depths: a value whose length happens to equal one depth shows
 # Non-contiguous; keeps layer 0 (dense prefixes), 5 (5:1 sliding patterns) and the parity of
 # every index (alternating rules such as gpt-oss's, which vLLM hard-codes).
 KEEP = (0, 1, 4, 5)
@@ -60,12 +61,16 @@ class Case:
     selection: str
     outcome: str  # exact | refused | MISMATCH
     detail: str = ""
+    kept: list[int] = field(default_factory=list)
 
 
 @dataclass
 class Row:
     model_type: str
     model_class: str
+    depth: int = DEPTH
+    kinds: int = 0  # distinct layer signatures transformers builds at this depth
+    auto_size: int = 0  # layers in the automatic set (0: refused or not tried)
     outcome: str = "skipped"
     detail: str = ""
     cases: list[Case] = field(default_factory=list)
@@ -163,10 +168,12 @@ def _variant(cfg_cls, base: dict, text_key: str | None, subs: dict, depth: int |
     return d
 
 
-VARIANTS = [(DEPTH, True, "drop"), (DEPTH, True, "cycle"), (DEPTH, False, "drop"), (DEPTH, False, "cycle"), (None, True, "drop"), (None, False, "drop")]
+def variants(depth: int) -> list[tuple]:
+    return [(depth, True, "drop"), (depth, True, "cycle"), (depth, False, "drop"), (depth, False, "cycle"),
+            (None, True, "drop"), (None, False, "drop")]
 
 
-def small_config(model_type: str, cls_name: str | None = None):
+def small_config(model_type: str, cls_name: str | None = None, depth: int = DEPTH):
     """(config, text sub-config key or None, text depth): the narrowest variant the class
     accepts and builds on meta (narrow with 8 layers, per-layer lists regenerated or cycled;
     full width; its own depth), at least 6 text layers deep."""
@@ -179,9 +186,9 @@ def small_config(model_type: str, cls_name: str | None = None):
     subs = getattr(cfg_cls, "sub_configs", None) or {}
     text_key = next((k for k in ("text_config", "language_config", "llm_config", "thinker_config") if k in subs), None)
     error = None
-    for depth, narrow, lists in VARIANTS:
+    for want, narrow, lists in variants(depth):
         try:
-            cfg = cfg_cls(**_variant(cfg_cls, base, text_key, subs, depth, narrow, lists))
+            cfg = cfg_cls(**_variant(cfg_cls, base, text_key, subs, want, narrow, lists))
             text = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
             n = getattr(text, "num_hidden_layers", None)
             if not (isinstance(n, int) and n >= 6):
@@ -283,20 +290,22 @@ def compare(src_model, out_model, src_stack: str, kept: list[int], renames, src_
     return problems
 
 
-def uncovered_kinds(src_model, stack: str, kept: list[int], text_cfg: dict, depth: int) -> list[int]:
-    """Source layers whose signature (module classes, parameter shapes, per-layer config
-    entries) no kept layer has."""
+def layer_kinds(src_model, stack: str, text_cfg: dict, depth: int) -> list[str]:
+    """Each source layer's signature as transformers builds it (module classes, parameter
+    shapes) with its per-layer config entries; equal strings are one kind."""
     layers = src_model.get_submodule(stack)
     lists = {k: v for k, v in text_cfg.items() if isinstance(v, list) and len(v) == depth and k != "architectures"
-             and sorted(v, key=str) != list(range(depth))}  # a list naming every layer says nothing of one
+             and not (all(type(x) is int for x in v) and sorted(v) == list(range(depth)))}  # naming every layer says nothing of one
+    return [json.dumps([layer_signature(layers[i]), {k: v[i] for k, v in lists.items()}], sort_keys=True, default=str)
+            for i in range(min(depth, len(layers)))]
 
-    def signature(i):
-        return layer_signature(layers[i]), json.dumps({k: v[i] for k, v in lists.items()}, sort_keys=True, default=str)
 
-    if max(kept) >= len(layers):
-        return [i for i in kept if i >= len(layers)]
-    have = {signature(i) for i in kept}
-    return [i for i in range(depth) if signature(i) not in have]
+def uncovered_kinds(kinds: list[str], kept: list[int]) -> list[int]:
+    """Source layers whose kind no kept layer has."""
+    if max(kept) >= len(kinds):
+        return [i for i in kept if i >= len(kinds)]
+    have = {kinds[i] for i in kept}
+    return [i for i, kind in enumerate(kinds) if kind not in have]
 
 
 def _has(model, name: str) -> bool:
@@ -332,7 +341,7 @@ def _alarm(signum, frame):
     raise Timeout()
 
 
-def run_one(model_type: str, cls_name: str, workdir: Path, timeout: int = 120) -> Row:
+def run_one(model_type: str, cls_name: str, workdir: Path, timeout: int = 120, depth: int = DEPTH) -> Row:
     import torch
     import transformers
 
@@ -341,13 +350,13 @@ def run_one(model_type: str, cls_name: str, workdir: Path, timeout: int = 120) -
     from mxtrim_tui.core.read.source import open_source
     from synth.checkpoint import write_safetensors
 
-    row = Row(model_type, cls_name)
+    row = Row(model_type, cls_name, depth)
     t0 = time.perf_counter()
     signal.signal(signal.SIGALRM, _alarm)
     signal.alarm(timeout)
     try:
         try:
-            cfg, text_key, depth = small_config(model_type, cls_name)
+            cfg, text_key, depth = small_config(model_type, cls_name, depth)
             src_model = build_meta(transformers, torch, cls_name, cfg)
         except Timeout:
             raise
@@ -372,8 +381,13 @@ def run_one(model_type: str, cls_name: str, workdir: Path, timeout: int = 120) -
         except Exception as exc:
             row.outcome, row.detail = "refused", f"inventory: {exc}"
             return row
+        kinds = layer_kinds(src_model, stack, _text_dict(src_cfg, text_key), depth)
+        row.depth, row.kinds = depth, len(set(kinds))
         for spec in (",".join(map(str, KEEP)), "auto"):
-            row.cases.append(_case(transformers, torch, inv, spec, src_model, stack, src_cfg, text_key, depth, cls_name, workdir / f"{model_type}-{spec}"))
+            case = _case(transformers, torch, inv, spec, src_model, stack, src_cfg, text_key, kinds, cls_name, workdir / f"{model_type}-{spec}")
+            row.cases.append(case)
+            if spec == "auto" and case.outcome == "exact":
+                row.auto_size = len(case.kept)
         outcomes = {c.outcome for c in row.cases}
         row.outcome = "MISMATCH" if "MISMATCH" in outcomes else "refused" if "refused" in outcomes else "exact"
         row.detail = "; ".join(f"{c.selection}: {c.detail}" for c in row.cases if c.detail)
@@ -386,7 +400,7 @@ def run_one(model_type: str, cls_name: str, workdir: Path, timeout: int = 120) -
         row.seconds = time.perf_counter() - t0
 
 
-def _case(transformers, torch, inv, spec, src_model, stack, src_cfg, text_key, depth, cls_name, out_dir: Path) -> Case:
+def _case(transformers, torch, inv, spec, src_model, stack, src_cfg, text_key, kinds, cls_name, out_dir: Path) -> Case:
     from mxtrim_tui.core.plan.build import Selection, build_plan
 
     from mxtrim_tui.core.plan.transformers_check import checked_plan
@@ -406,17 +420,17 @@ def _case(transformers, torch, inv, spec, src_model, stack, src_cfg, text_key, d
         out_model = build_meta(transformers, torch, cls_name, cfg)
     except Exception as exc:
         return Case(spec, "MISMATCH", f"output config does not build: {type(exc).__name__}: {str(exc)[:150]}")
-    problems = compare(src_model, out_model, stack, kept, plan.renames, src_cfg, json.loads(cfg.to_json_string()), text_key, depth)
+    problems = compare(src_model, out_model, stack, kept, plan.renames, src_cfg, json.loads(cfg.to_json_string()), text_key, len(kinds))
     if spec == "auto":
-        missed = uncovered_kinds(src_model, stack, kept, _text_dict(src_cfg, text_key), depth)
+        missed = uncovered_kinds(kinds, kept)
         if missed:
             problems.append(f"the automatic set misses the kind of source layers {missed}")
     if problems:
-        return Case(spec, "MISMATCH", f"kept {kept}: " + " | ".join(problems)[:400])
-    return Case(spec, "exact", "" if spec != "auto" else f"auto kept {kept}")
+        return Case(spec, "MISMATCH", f"kept {kept}: " + " | ".join(problems)[:400], kept)
+    return Case(spec, "exact", "" if spec != "auto" else f"auto kept {kept}", kept)
 
 
-def sweep(only: list[str] | None = None) -> list[Row]:
+def sweep(only: list[str] | None = None, depths=DEPTHS) -> list[Row]:
     warnings.simplefilter("ignore")
     from transformers.utils import logging as hf_logging
 
@@ -426,22 +440,46 @@ def sweep(only: list[str] | None = None) -> list[Row]:
         for model_type, cls_name in architectures():
             if only and model_type not in only:
                 continue
-            row = run_one(model_type, cls_name, Path(tmp))
-            print(f"{row.outcome:9} {model_type:28} {row.seconds:5.1f}s {row.detail[:300]}", file=sys.stderr, flush=True)
-            rows.append(row)
+            for depth in depths:
+                row = run_one(model_type, cls_name, Path(tmp) / str(depth), depth=depth)
+                sizes = f"auto {row.auto_size}/{row.kinds} kinds" if row.auto_size else ""
+                print(f"{row.outcome:9} {model_type:28} {row.depth:3} {row.seconds:5.1f}s {sizes:18} {row.detail[:300]}",
+                      file=sys.stderr, flush=True)
+                rows.append(row)
     return rows
+
+
+def minimality(rows: list[Row]) -> dict[str, list[Row]]:
+    """Architectures whose automatic set is larger than their number of layer kinds at some
+    depth (the set keeps a period or boundary layers), by model type."""
+    larger: dict[str, list[Row]] = {}
+    for r in rows:
+        if r.auto_size and r.auto_size != r.kinds:
+            larger.setdefault(r.model_type, []).append(r)
+    return larger
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", default="")
+    ap.add_argument("--depths", default=",".join(map(str, DEPTHS)))
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
-    rows = sweep([s for s in args.only.split(",") if s] or None)
-    counts = {}
+    depths = [int(d) for d in args.depths.split(",") if d]
+    rows = sweep([s for s in args.only.split(",") if s] or None, depths)
+    by_type: dict[str, set] = {}
     for r in rows:
-        counts[r.outcome] = counts.get(r.outcome, 0) + 1
+        by_type.setdefault(r.model_type, set()).add(r.outcome)
+    counts: dict[str, int] = {}
+    for outcomes in by_type.values():  # an architecture counts by its worst outcome over the depths
+        worst = next(o for o in ("MISMATCH", "refused", "exact", "skipped") if o in outcomes)
+        counts[worst] = counts.get(worst, 0) + 1
     print(json.dumps(counts))
+    equal = sum(1 for r in rows if r.auto_size and r.auto_size == r.kinds)
+    print(f"automatic set == layer kinds: {equal} of {sum(1 for r in rows if r.auto_size)} exact automatic sets")
+    for model_type, larger in sorted(minimality(rows).items()):
+        print(f"  {model_type}: " + "; ".join(f"depth {r.depth}: {r.auto_size} layers for {r.kinds} kinds ({r.cases[-1].kept})"
+                                             for r in larger))
     if args.json:
         args.json.write_text(json.dumps([r.__dict__ | {"cases": [c.__dict__ for c in r.cases]} for r in rows], indent=1))
     return 1 if counts.get("MISMATCH") else 0

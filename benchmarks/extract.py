@@ -17,10 +17,12 @@ the median, and the CPU time (user + system) of the best run, which contention d
 least. Dirty pages are flushed (os.sync) before every run so one run's writeback is not
 billed to the next.
 
-  * ours: `python -I extract_weights.py` (os.copy_file_range for page-congruent ranges,
-    its 512 KiB buffer for the others), as a user re-runs it;
+  * ours: `python -I extract_weights.py` without digest checks (os.copy_file_range for
+    page-congruent ranges, its 512 KiB buffer for the others): the script as mxtrim
+    generates it before the copy, or the kept one run with --skip-digest-check;
   * ours, hashing: the same with --hash xxh3_128, as mxtrim runs it (each source window
-    mapped, hashed and written from the map);
+    mapped, hashed and written from the map); the kept script re-run by a user takes this
+    path too, checking each tensor against the digest mxtrim recorded;
   * ours, buffered: the same script with os.copy_file_range removed (buffer only);
   * cp: `cp` of the source shards (GNU coreutils, which also uses copy_file_range);
   * naive safetensors: safetensors.torch.load_file of every shard + save_file (wall time
@@ -190,8 +192,8 @@ def run_suite(src: Path, work: Path, script_src: Path, plan) -> tuple[dict, tupl
     cache = tempfile.mkdtemp(prefix="mxtrim-bench-cache-")  # the checks' verdicts, for this run only
     remembered = {"XDG_CACHE_HOME": cache}
     methods = [
-        ("ours: extract_weights.py (as a user re-runs it)", ours, None),
-        ("ours: extract_weights.py --hash xxh3_128 (as mxtrim runs it)", ours_hashing, None),
+        ("ours: extract_weights.py, no digests (--skip-digest-check)", ours, None),
+        ("ours: extract_weights.py --hash xxh3_128 (as mxtrim runs it; a re-run checking digests)", ours_hashing, None),
         ("ours: extract_weights.py, buffered fallback", ours_buffered, None),
         ("cp of the source shards", cp, None),
         ("naive safetensors load_file + save_file", naive, None),

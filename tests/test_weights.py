@@ -207,20 +207,28 @@ def test_script_reproduces_identical_shards_and_refuses_a_changed_source(trimmed
     imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
     assert imported - lazy <= set(sys.stdlib_module_names), imported - lazy - set(sys.stdlib_module_names)
 
+    weights = sorted(p.name for p in out.glob("*.safetensors")) + ([INDEX_NAME] if (out / INDEX_NAME).exists() else [])
+    # by default each tensor is hashed as it is copied and checked against its recorded digest
     again = tmp_path / "again"
     proc = run_script(script, src, again, "--progress", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    weights = sorted(p.name for p in out.glob("*.safetensors")) + ([INDEX_NAME] if (out / INDEX_NAME).exists() else [])
     assert sorted(p.name for p in again.iterdir()) == sorted(weights)
     for name in weights:
         assert (again / name).read_bytes() == (out / name).read_bytes(), name
     events = [json.loads(line) for line in proc.stderr.splitlines()]
-    assert events[0]["event"] == "start" and events[-1]["event"] == "done"
-    # without --hash: page-congruent ranges go through copy_file_range, the others the buffer
-    assert set(events[-1]["method"].split(" + ")) <= {"copy_file_range", "buffered"}
-    if hasattr(os, "copy_file_range"):
-        assert "copy_file_range" in events[-1]["method"]
+    assert events[0]["event"] == "start" and events[-1]["event"] == "done" and events[-1]["method"] == "mapped"
     assert any(e["event"] == "tensor" and {"name", "done_bytes", "total_bytes", "shard"} <= set(e) for e in events)
+
+    # without the check and --hash: page-congruent ranges go through copy_file_range, the others the buffer
+    unchecked = tmp_path / "unchecked"
+    proc = run_script(script, src, unchecked, "--progress", "--skip-digest-check", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    for name in weights:
+        assert (unchecked / name).read_bytes() == (out / name).read_bytes(), name
+    method = json.loads(proc.stderr.splitlines()[-1])["method"]
+    assert set(method.split(" + ")) <= {"copy_file_range", "buffered"}
+    if hasattr(os, "copy_file_range"):
+        assert "copy_file_range" in method
 
     # the output exists now: refused
     proc = run_script(script, src, again)
@@ -254,13 +262,49 @@ def test_changed_tensor_metadata_is_refused(trimmed, tmp_path):
     assert not (tmp_path / "x").exists() and leftovers(tmp_path) == []
 
 
+def test_changed_tensor_data_under_an_intact_header_is_refused_naming_the_tensor(trimmed, tmp_path):
+    src, out, _, _, _ = trimmed("deepseek_v3")
+    script = out / SCRIPT_NAME
+    manifest = json.loads((out / "manifest.json").read_text())
+    recorded = next(t for t in manifest["tensors"] if ".mlp.experts." in t["name"])
+    changed = tmp_path / "changed"
+    shutil.copytree(src, changed)
+    victim = changed / recorded["source_file"]
+    with open(victim, "r+b") as fh:  # one byte inside the tensor's data: the header is untouched
+        fh.seek(recorded["source_range"][0] + 1)
+        byte = fh.read(1)
+        fh.seek(-1, os.SEEK_CUR)
+        fh.write(bytes([byte[0] ^ 0xFF]))
+    target = tmp_path / "from-changed"
+    proc = run_script(script, changed, target, cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr
+    assert len(proc.stderr.splitlines()) == 1, proc.stderr
+    assert f"tensor {recorded['source_name']!r} (output {recorded['name']!r})" in proc.stderr
+    assert "tensor data changed" in proc.stderr and str(victim) in proc.stderr
+    assert not target.exists() and leftovers(tmp_path) == []
+    # the user who knows the data changed can still extract it
+    proc = run_script(script, changed, target, "--skip-digest-check", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    differ = [(a, b) for f in out.glob("*.safetensors") for a, b in zip((out / f.name).read_bytes(), (target / f.name).read_bytes()) if a != b]
+    assert len(differ) == 1  # exactly the flipped byte
+    # the recorded digests are the manifest's: one per written tensor, nothing else
+    table = re.search(r"^TENSOR_DIGESTS = \{\n(.*?)^\}", script.read_text(), re.S | re.M).group(1)
+    pairs = dict(re.findall(r'^    "([^"]+)": "([0-9a-f]+)",$', table, re.M))
+    assert pairs == {t["name"]: t["written_xxh3_128"] for t in manifest["tensors"]}
+    # a hand-edited table is refused before anything is read
+    edited = tmp_path / SCRIPT_NAME
+    edited.write_text(script.read_text().replace(f'    "{recorded["name"]}": ', '    "renamed.weight": ', 1))
+    proc = run_script(edited, src, tmp_path / "y", cwd=tmp_path)
+    assert proc.returncode == 1 and "do not match the tensor list" in proc.stderr
+
+
 def test_buffered_fallback_is_byte_identical(trimmed, tmp_path):
     """Without os.copy_file_range the script copies through its bounded buffer."""
     src, out, _, _, _ = trimmed("deepseek_v3")
     dest = tmp_path / "buffered"
     code = (
         "import os, runpy, sys; del os.copy_file_range; "
-        f"sys.argv = ['extract_weights.py', '--source', {str(src)!r}, '--out', {str(dest)!r}, '--progress']; "
+        f"sys.argv = ['extract_weights.py', '--source', {str(src)!r}, '--out', {str(dest)!r}, '--progress', '--skip-digest-check']; "
         f"runpy.run_path({str(out / SCRIPT_NAME)!r}, run_name='__main__')"
     )
     proc = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True)

@@ -505,8 +505,8 @@ def weights_file_count(plan: TrimPlan, extraction: Extraction) -> int:
     return len(extraction.shards) + index + 1 + len(plan.new_documents) + len(asset_files(plan, GENERATED)) + 3
 
 
-def extracted_files(extraction: Extraction, script_bytes: int) -> list[dict]:
-    """Report entries of the files the extraction script wrote, and of the script."""
+def extracted_files(extraction: Extraction) -> list[dict]:
+    """Report entries of the files the extraction script wrote."""
     files = [
         {"path": shard.file, "kind": "weights", "bytes": shard.file_bytes, "from": f"{len(shard.tensors)} tensors extracted by {SCRIPT_NAME}"}
         for shard in extraction.shards
@@ -514,8 +514,17 @@ def extracted_files(extraction: Extraction, script_bytes: int) -> list[dict]:
     index = extraction.index_text
     if index is not None:
         files.append({"path": INDEX_NAME, "kind": "weight index", "bytes": len(utf8(index)), "from": f"written by {SCRIPT_NAME}"})
-    files.append({"path": SCRIPT_NAME, "kind": "extraction script", "bytes": script_bytes, "from": "generated; run by mxtrim to write the shards"})
     return files
+
+
+def _write_kept_script(plan: TrimPlan, extraction: Extraction, digests: dict, rows: list[dict], hash_name: str, tmp: Path) -> dict:
+    """Write the script the user keeps: the one mxtrim ran, with every written tensor's
+    verified digest recorded, so a re-run refuses a source whose tensor data changed."""
+    recorded = {r["name"]: r["written_" + hash_name] for r in rows}
+    text = render_script(extraction, digests, model_name=plan.inventory.model_name, tensor_digests=(hash_name, recorded))
+    size = write_text(tmp / SCRIPT_NAME, text)
+    return {"path": SCRIPT_NAME, "kind": "extraction script", "bytes": size,
+            "from": f"generated; run by mxtrim to write the shards, then each tensor's {hash_name} digest recorded"}
 
 
 def write_weights(
@@ -568,15 +577,16 @@ def write_weights(
         t0 = time.monotonic()
         done = run_extraction_script(script_tmp, src.root, tmp, emit, cancel, hash_name, check.seen)
         timings["extract"] = time.monotonic() - t0
-        os.replace(script_tmp, tmp / SCRIPT_NAME)
+        script_tmp.unlink()
 
-        events, files, not_copied = _write_file_entries(plan, extraction, tmp, script_text, emit)
+        events, files, not_copied = _write_file_entries(plan, extraction, tmp, emit)
 
         t0 = time.monotonic()
         check.finish(emit, cancel)
         integrity, rows, _ = verify_output(plan, extraction, tmp, check)
         emit({"event": "stage", "name": "verify", "status": "done", "tensors": integrity["tensors"], "hashes_matched": integrity["hashes_matched"]})
         timings["verify"] = time.monotonic() - t0
+        files.append(events.add(_write_kept_script(plan, extraction, digests, rows, hash_name, tmp)))
 
         _check_cancel(cancel)
         t0 = time.monotonic()
@@ -638,11 +648,11 @@ def _prepare_extraction(plan: TrimPlan, out: Path, max_shard_bytes: int, emit):
     return extraction, estimate, digests, script_text
 
 
-def _write_file_entries(plan: TrimPlan, extraction: Extraction, tmp: Path, script_text: str, emit):
+def _write_file_entries(plan: TrimPlan, extraction: Extraction, tmp: Path, emit):
     """Record the extracted files and write configs and assets: (events, files, not copied)."""
     events = FileEvents(emit, weights_file_count(plan, extraction))
     emit({"event": "stage", "name": "files", "status": "start"})
-    files = [events.add(f) for f in extracted_files(extraction, len(utf8(script_text)))]
+    files = [events.add(f) for f in extracted_files(extraction)]
     more, not_copied = write_documents_and_assets(plan, tmp, events, reserved=GENERATED)
     files += more
     for f in not_copied:
