@@ -33,6 +33,22 @@ def test_sweep_share_builds_exactly_the_kept_layers(model_type, tmp_path):
     assert row.outcome == "exact", (row.detail, [c.__dict__ for c in row.cases])
 
 
+# Architectures whose automatic set once kept more layers than they have kinds: GPT-2 (a string
+# as long as the depth read per layer), LFM2 and Molmo2 (an index list naming every layer read as
+# one value per layer), GPT-NeoX-Japanese (the last layer differs: the set was widened to the
+# whole stack, one boundary layer is enough), at two depths.
+@pytest.mark.parametrize("model_type, depth, kept", [
+    ("gpt2", 8, [0]), ("lfm2", 8, [0]), ("lfm2", 12, [0]), ("molmo2", 8, [0]),
+    ("gpt_neox_japanese", 8, [0, 7]), ("gpt_neox_japanese", 12, [0, 11]),
+])
+@pytest.mark.slow
+def test_the_automatic_set_keeps_one_layer_per_kind(model_type, depth, kept, tmp_path):
+    row = run_one(model_type, architectures_map()[model_type], tmp_path, depth=depth)
+    auto = next(c for c in row.cases if c.selection == "auto")
+    assert auto.outcome == "exact", auto.detail
+    assert auto.kept == kept and row.auto_size == row.kinds == len(kept), (row.kinds, auto.kept)
+
+
 @pytest.mark.slow
 def test_a_rule_about_the_last_layer_is_refused_with_a_selection_that_works(tmp_path):
     src = make_source("gpt_neox_japanese", tmp_path / "src")

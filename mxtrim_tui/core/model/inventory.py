@@ -670,13 +670,15 @@ def _config_traits(cfg: dict, depth: int | None):
     its membership of every list of layer indices), or None when nothing does."""
     if not depth:
         return None
+    indices = {k: set(v) for k, v in cfg.items() if is_layer_index_list(k, v, depth)}
+    # a list of layer indices naming every layer (full_attn_idxs [0..n-1]) is as long as the
+    # depth, but it is membership, not one value per layer
     lists = {k: v for k, v in cfg.items() if isinstance(v, list) and len(v) == depth and k != "layer_types"
-             and len({json.dumps(x, sort_keys=True) for x in v}) > 1}
+             and k not in indices and len({json.dumps(x, sort_keys=True) for x in v}) > 1}
     # a string is a per-layer list only when its name says it is a pattern (hybrid_override_pattern:
     # one letter per layer); "gelu_new" or "bfloat16" at 8 layers is one value, not 8
     patterns = {k: v for k, v in cfg.items()
                 if isinstance(v, str) and "pattern" in k.lower() and len(v) == depth and len(set(v)) > 1}
-    indices = {k: set(v) for k, v in cfg.items() if is_layer_index_list(k, v, depth)}
     if not (lists or patterns or indices):
         return None
 

@@ -592,11 +592,15 @@ def checked_plan(plan, *, force: bool = False):
     if check.status == MISMATCH and plan.auto.get("text"):
         kept = plan.kept["text"]
         depth = len(inv.submodels["text"].layers)
-        for end in range(max(kept) + 2, min(depth + 1, max(kept) + 2 + WIDEN_TRIES)):
-            widened, wcheck = check_plan(build_plan(inv, Selection({"text": tuple(range(end))}, _mtp_choice(plan))))
+        # the last layer added (a rule about the last layer: one boundary layer more), else
+        # the shortest prefix that builds exactly (periods and dense prefixes counted from 0)
+        tries = [sorted(set(kept) | {depth - 1})] if depth - 1 not in kept else []
+        tries += [list(range(end)) for end in range(max(kept) + 2, min(depth + 1, max(kept) + 2 + WIDEN_TRIES))]
+        for keep in tries:
+            widened, wcheck = check_plan(build_plan(inv, Selection({"text": tuple(keep)}, _mtp_choice(plan))))
             if wcheck.status == EXACT:
                 auto = dict(widened.auto, text=True)
-                note = Issue("warning", f"the automatic selection was widened to layers 0-{end - 1}: {check.problems[0]}")
+                note = Issue("warning", f"the automatic selection was widened to layers {index_ranges(keep)}: {check.problems[0]}")
                 return dataclasses.replace(widened, auto=auto, issues=widened.issues + [note], transformers_check=wcheck)
     if check.status == EXACT and plan.auto.get("text"):
         plan, check = _cover_every_signature(plan, check)
