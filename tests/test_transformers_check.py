@@ -23,6 +23,7 @@ EXACT_ARCHITECTURES = [
     "llama", "gpt2", "bloom", "ernie4_5_moe", "kimi_k25", "cohere2", "granite_swa", "laguna",
     "recurrent_gemma", "llava", "mistral3", "gemma3", "qwen3_moe", "mllama", "lfm2", "llama4_text",
     "nemotron_h", "qwen3_5", "qwen3_5_moe", "blenderbot-small", "exaone4", "zamba",
+    "exaone",  # as transformers 5 saves it: model.layers.N under model type exaone
 ]
 
 

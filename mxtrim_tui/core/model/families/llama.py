@@ -123,17 +123,21 @@ LLAMA4 = Family(
     formula_fix="vLLM places MoE by interleave_moe_layer_step; choose kept layers so MoE layers recur with one step",
 )
 
-# EXAONE 3.x (``ExaoneForCausalLM``, vLLM's exaone.py; remote code in transformers): Llama
-# layers stored as ``transformer.h.N`` with ``num_layers`` for the depth.
+# EXAONE 3.x (``ExaoneForCausalLM``, vLLM's exaone.py): Llama layers stored as
+# ``transformer.h.N`` with ``num_layers`` for the depth. transformers 5 loads it as
+# ``LlamaForCausalLM``, renaming the tensors (conversion_mapping.py), so a checkpoint it saved
+# again holds ``model.layers.N`` under the same model type: both are read.
 EXAONE = Family(
     key="exaone",
     display="EXAONE 3.x",
     model_types=("exaone",),
     architectures=("ExaoneForCausalLM",),
     stacks=(
-        Stack("text", ("transformer.h.",), depth_fields=("num_layers",), attention=llama_attention, mlp=dense),
+        Stack("text", ("transformer.h.", "model.layers."), depth_fields=("num_layers", "num_hidden_layers"),
+              attention=llama_attention, mlp=dense),
     ),
-    shared=(("transformer.wte.", "embeddings"), ("transformer.ln_f.", "final norm"), ("lm_head.", "lm head")),
+    shared=(("transformer.wte.", "embeddings"), ("transformer.ln_f.", "final norm"), ("model.embed_tokens.", "embeddings"),
+            ("model.norm.", "final norm"), ("lm_head.", "lm head")),
 )
 
 FAMILIES = (LLAMA, LLAMA4, EXAONE)
