@@ -643,7 +643,11 @@ def _mappings(inv: Inventory, kept, mtp_kept, old_n, new_n) -> list[LayerMap]:
     for name, keep in kept.items():
         sm = inv.submodels[name]
         by_index = {l.index: l for l in sm.layers}
+        # a stack kept whole keeps its numbering: held indices with gaps (a conv encoder whose
+        # activations hold no tensors: layers 0, 1, 3, 4...) are not closed up
+        whole = sorted(keep) == sorted(by_index)
         for new, old in enumerate(keep):
+            new = old if whole else new
             layer = by_index[old]
             out.append(LayerMap(name, new, old, layer.name, f"{layer.prefix}{new}", layer.kind, sym.get(layer.group, "?")))
     if mtp_kept and "mtp" in inv.submodels:
