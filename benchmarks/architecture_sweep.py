@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import signal
 import sys
 import tempfile
@@ -83,8 +84,8 @@ OVERRIDES = {
     "qwen4_exp_text": lambda depth: {"indexer_n_heads": 2, "indexer_kv_heads": 1, "indexer_head_dim": 16, "indexer_budget": 64, "indexer_compress_ratio": 4},
     "reformer": lambda depth: {"is_decoder": True},
     "xlstm": lambda depth: {"num_blocks": depth},
+    "longcat_flash": lambda depth: {"num_layers": depth, "num_hidden_layers": 2 * depth},  # two sublayers per layer
     "diffusion_gemma": lambda depth: {"per_layer_config": {}, "moe_intermediate_size": 32},
-    "longcat_flash": lambda depth: {"num_layers": depth},
 }
 # Model types outside what mxtrim trims, and why (the README's table says the same).
 OUT_OF_SCOPE = {
@@ -95,6 +96,7 @@ OUT_OF_SCOPE = {
     "blt": "byte latent transformer: byte-level local encoder and decoder around a global stack, no single decoder list",
     "hrm_text": "hierarchical reasoning model: two stacks run in nested cycles, layer positions are not a list",
     "dory": "recurrent-depth model: input, recurrent and output blocks, the recurrent block runs several times",
+    "diffusion_gemma": "block-diffusion model: an encoder and a decoder stack of the same depth, trimmed in lockstep",
     "gemma4_assistant": "a drafter whose every layer reads the target model's KV cache: trimmed with its target, not alone",
 }
 TOP_OVERRIDES = {  # fields of the top-level config of a multimodal model
@@ -351,9 +353,18 @@ def layer_kinds(src_model, stack: str, text_cfg: dict, depth: int) -> list[str]:
     shapes) with its per-layer config entries; equal strings are one kind."""
     layers = src_model.get_submodule(stack)
     lists = {k: v for k, v in text_cfg.items() if isinstance(v, list) and len(v) == depth and k != "architectures"
-             and not (all(type(x) is int for x in v) and sorted(v) == list(range(depth)))}  # naming every layer says nothing of one
+             and not _index_list(k, v, depth)}
     return [json.dumps([layer_signature(layers[i]), {k: v[i] for k, v in lists.items()}], sort_keys=True, default=str)
             for i in range(min(depth, len(layers)))]
+
+
+def _index_list(key: str, values: list, depth: int) -> bool:
+    """A list of layer indices that happens to be as long as the depth (mllama's
+    cross_attention_layers at 8 layers, a list naming every layer): membership, not one value
+    per layer."""
+    if not all(type(x) is int for x in values) or values != sorted(set(values)):
+        return False
+    return values == list(range(depth)) or re.search(r"(layers|ids|idxs?|indices|indexes)$", key) is not None
 
 
 def uncovered_kinds(kinds: list[str], kept: list[int]) -> list[int]:
@@ -429,6 +440,10 @@ def run_one(model_type: str, cls_name: str, workdir: Path, timeout: int = 120, d
             row.outcome, row.detail = "out of scope", "encoder-decoder model: vLLM smoke tests of a decoder-only stack"
             return row
         stack = text_stack(src_model, depth)
+        layers = getattr(cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg, "num_layers", None)
+        if stack is None and isinstance(layers, int) and layers != depth:  # LongCat-Flash: 2 sublayers per layer
+            stack = text_stack(src_model, layers)
+            depth = layers if stack is not None else depth
         if stack is None:
             row.detail = f"no text layer list of depth {depth} in {type(src_model).__name__}"
             return row

@@ -310,6 +310,9 @@ def _generic_stacks(names) -> tuple[Stack, ...]:
 # The depth under the names transformers' config classes give it (their attribute_map:
 # GPT-2 / BLOOM / MPT n_layer, CodeGen n_layer, DBRX n_layers, ...).
 GENERIC_DEPTH_FIELDS = ("num_hidden_layers", "n_layer", "n_layers", "num_layers", "depth")
+# Counts that are the depth when they equal it (xLSTM builds num_blocks blocks beside its
+# num_hidden_layers); rewritten with it, never read as it.
+GENERIC_DEPTH_ALIASES = ("num_blocks", "n_blocks")
 
 def _text_rank(prefix: str) -> int:
     """Which discovered stack is the text decoder: a language-model path first, an encoder
