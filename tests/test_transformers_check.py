@@ -25,6 +25,7 @@ EXACT_ARCHITECTURES = [
     "nemotron_h", "qwen3_5", "qwen3_5_moe", "blenderbot-small", "exaone4", "zamba",
     "exaone",  # as transformers 5 saves it: model.layers.N under model type exaone
     "apertus1p5",  # an audio encoder kept whole keeps its layer numbering (its gaps)
+    "xlstm",  # num_blocks rewritten with the depth
 ]
 
 
