@@ -65,7 +65,7 @@ def _parser() -> argparse.ArgumentParser:
     ins.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
 
     def selection_args(sp):
-        sp.add_argument("source", metavar="SRC", help="Hugging Face-layout model directory")
+        sp.add_argument("source", metavar="SRC", nargs="?", help="Hugging Face-layout model directory")
         sp.add_argument(
             "--keep",
             action="append",
@@ -101,22 +101,30 @@ def _parser() -> argparse.ArgumentParser:
         serve.add_argument("--gpu-memory", dest="gpu_gib", metavar="GIB",
                            help="memory of one GPU for the budget (default: the first visible GPU, when one is)")
 
-    pl = sub.add_parser("plan", help="show what a trim would do; writes nothing")
+    pl = sub.add_parser("plan", help="show what a trim would do; writes nothing but the plan file asked for (--save)")
     selection_args(pl)
+    pl.add_argument("--save", type=Path, metavar="FILE",
+                    help="write the plan file (schema mxtrim.plan-file/1: source pinned, selection, serve settings, "
+                    "mode, output) for mxtrim trim --plan FILE; never over an existing file")
+    pl.add_argument("--mode", choices=["dummy", "weights"], help="with --save: the mode the plan file's trim writes")
+    pl.add_argument("--out", type=Path, help="with --save: the output directory the plan file's trim writes")
     pl.add_argument("--tensors", action="store_true", help="with --json: list every tensor rename and drop")
     pl.add_argument("--fetch-list", action="store_true",
                     help="print only the source shards a real-weight trim reads, one file name per line")
 
     tr = sub.add_parser("trim", help="write a trimmed output directory")
     selection_args(tr)
+    tr.add_argument("--plan", type=Path, metavar="FILE",
+                    help="run the plan file FILE (mxtrim plan ... --save): its source (refused if it changed), selection, "
+                    "serve settings, mode and output; SRC, --keep, --mtp and the serve settings are not given then")
     tr.add_argument(
         "--mode",
         choices=["dummy", "weights"],
-        required=True,
-        help="dummy: config + tokenizer assets for --load-format dummy; weights: a real checkpoint of the kept tensors",
+        help="dummy: config + tokenizer assets for --load-format dummy; weights: a real checkpoint of the kept tensors "
+        "(required unless the plan file names it)",
     )
-    tr.add_argument("--max-shard-size", type=parse_size, default=DEFAULT_MAX_SHARD_BYTES, metavar="SIZE", help="weights mode: largest output shard (default 5GB)")
-    tr.add_argument("--hash", choices=("xxh3_128", "sha256"), default="xxh3_128",
+    tr.add_argument("--max-shard-size", type=parse_size, metavar="SIZE", help="weights mode: largest output shard (default 5GB)")
+    tr.add_argument("--hash", choices=("xxh3_128", "sha256"),
                     help="weights mode: the digest every copied tensor is verified with and recorded under in manifest.json "
                          "(default xxh3_128, about 9x faster than sha256 here)")
     tr.add_argument("--progress", action="store_true", help="print progress events as JSON lines on stderr")
@@ -171,19 +179,20 @@ def cmd_inspect(args) -> int:
     return 0
 
 
-def _plan(args):
+def _plan(request):
     from .core.model.inventory import build_inventory
     from .core.plan.build import Selection, build_plan
     from .core.read.source import open_source
 
     from .core.plan.check_outcome import checked_plan_cached
 
-    inv = build_inventory(open_source(args.source))
-    plan = build_plan(inv, Selection.parse(args.keep, args.mtp))
+    keep = list(request.keep) if request.keep is not None else None
+    inv = build_inventory(open_source(request.source))
+    plan = build_plan(inv, Selection.parse(keep, request.mtp))
     # checked against transformers in a child process (torch's memory goes back with it),
     # or from the verdict kept for these very inputs
-    request = {"source": str(args.source), "keep": args.keep, "mtp": args.mtp}
-    return checked_plan_cached(plan, force=args.force, request=request)
+    child_request = {"source": str(request.source), "keep": keep, "mtp": request.mtp}
+    return checked_plan_cached(plan, force=request.force, request=child_request)
 
 
 def _serve_raw(args) -> dict[str, str]:
@@ -196,6 +205,42 @@ def _serve_raw(args) -> dict[str, str]:
     if errors:
         raise UsageError("\n".join(f"mxtrim: error: {flag[key]}: {message}" for key, message in errors.items()))
     return raw
+
+
+def _request(args):
+    """What the command is asked to plan or write: its flags, or (trim --plan) the plan file,
+    whose source must be the one it was made for."""
+    from .core.plan.plan_file import TrimRequest, load_plan_document, refuse_changed_source
+
+    plan_file = getattr(args, "plan", None)
+    if plan_file is None:
+        if args.source is None:
+            raise UsageError(f"mxtrim {args.command}: error: the source directory SRC is required" +
+                             (" (or --plan FILE)" if args.command == "trim" else ""))
+        return TrimRequest(
+            source=Path(args.source), keep=tuple(args.keep) if args.keep else None, mtp=args.mtp, force=args.force,
+            mode=args.mode, out=args.out, serve=_serve_raw(args), repo=args.repo,
+            max_shard_bytes=getattr(args, "max_shard_size", None) or DEFAULT_MAX_SHARD_BYTES,
+            hash_name=getattr(args, "hash", None) or "xxh3_128",
+        )
+    given = [flag for flag, present in (("SRC", args.source), ("--keep", args.keep), ("--mtp/--no-mtp", args.mtp is not None),
+                                        ("--force", args.force), ("--max-shard-size", args.max_shard_size), ("--hash", args.hash))
+             if present] + [flag for flag, key in SERVE_FLAGS.items() if getattr(args, key) is not None]
+    if given:
+        raise UsageError(f"mxtrim trim: error: --plan holds the source, selection, serve settings and options: "
+                         f"not {', '.join(given)} too (make another plan with mxtrim plan ... --save)")
+    request, pins = load_plan_document(plan_file)
+    if args.mode is not None and request.mode is not None and args.mode != request.mode:
+        raise UsageError(f"mxtrim trim: error: --mode {args.mode}: the plan file's mode is {request.mode}")
+    refuse_changed_source(plan_file, request, pins)
+    from dataclasses import replace
+
+    from .core.plan.budget import BudgetInputs, parse_budget_inputs
+
+    _, errors = parse_budget_inputs(request.serve, BudgetInputs())
+    if errors:
+        raise InputError(plan_file, "serve." + "; serve.".join(f"{k}: {m}" for k, m in errors.items()))
+    return replace(request, mode=args.mode or request.mode, out=args.out or request.out, repo=args.repo or request.repo)
 
 
 def _serve_inputs(plan, raw: dict[str, str]):
@@ -234,8 +279,9 @@ def _parallelism_errors(plan, serve) -> list[str]:
 
 
 def cmd_plan(args) -> int:
-    raw = _serve_raw(args)
-    plan = _plan(args)
+    request = _request(args)
+    raw = request.serve
+    plan = _plan(request)
     blocking = _parallelism_errors(plan, _serve_inputs(plan, raw))
     if args.fetch_list:
         from .core.plan.needed_shards import needed_shards
@@ -257,9 +303,19 @@ def cmd_plan(args) -> int:
         render_plan(plan, console, repo=args.repo)
         render_budget(compute_budget(plan, _budget_inputs(plan, raw)), console)
     if plan.errors or blocking:
-        print(_blocking_line(plan, blocking), file=sys.stderr)
+        print(_blocking_line(plan, blocking, "; no plan file saved" if args.save else ""), file=sys.stderr)
         return 1
+    if args.save is not None:
+        _save_plan(request, plan, args.save)
     return 0
+
+
+def _save_plan(request, plan, path: Path) -> None:
+    from .core.plan.plan_file import plan_document, save_plan_document
+    from .core.plan.plan_json import plan_to_json
+
+    save_plan_document(plan_document(request, plan.inventory.source, plan_to_json(plan)), path)
+    print(f"saved the plan to {path} (run it: mxtrim trim --plan {path})", file=sys.stderr)
 
 
 def _blocking_line(plan, blocking: list[str], then: str = "") -> str:
@@ -273,17 +329,19 @@ def _blocking_line(plan, blocking: list[str], then: str = "") -> str:
 
 def cmd_trim(args) -> int:
     from .core.plan.plan_json import plan_to_json
-    from .core.write.report import serve_command
-    from .core.write.writer import default_output_dir, write_dummy
+    from .core.write.writer import default_output_dir
 
-    raw = _serve_raw(args)
-    plan = _plan(args)
+    request = _request(args)
+    if request.mode is None:
+        raise UsageError("mxtrim trim: error: --mode is required (dummy or weights) unless the plan file names it")
+    raw = request.serve
+    plan = _plan(request)
     serve = _serve_inputs(plan, raw)
     blocking = _parallelism_errors(plan, serve)
-    if args.mode == "weights":
+    if request.mode == "weights":
         from .core.plan.needed_shards import weights_blocker
 
-        missing = weights_blocker(plan, args.repo)
+        missing = weights_blocker(plan, request.repo)
         if missing:
             blocking.append(missing)
     if plan.errors or blocking:
@@ -292,14 +350,31 @@ def cmd_trim(args) -> int:
             sys.stdout.write("\n")
         print(_blocking_line(plan, blocking, "; nothing written"), file=sys.stderr)
         return 1
-    out = args.out if args.out is not None else default_output_dir(plan, args.workspace.resolve(), args.mode)
+    out = request.out if request.out is not None else default_output_dir(plan, args.workspace.resolve(), request.mode)
+    result = _write(args, request, plan, out, serve)
+    validation = None
+    if args.validate or args.serve or args.equivalence:
+        _leftover_servers_notice(args)
+        validation = run_validation(result.path, args, quiet=args.json)
+    if args.json:
+        _print_trim_json(request, plan, result, serve, validation)
+    else:
+        _print_trim_text(request, plan, result, validation)
+    return 0 if validation is None or validation[2] else 1
+
+
+def _write(args, request, plan, out: Path, serve):
+    """Write the output of ``plan`` at ``out`` (progress events on stderr with --progress)."""
+    from .core.write.writer import write_dummy
+
     progress = _progress_printer() if args.progress else _leftover_notices
     if args.progress:
         progress({"event": "stage", "name": "plan", "status": "done", "kept": plan.kept, "output": str(out)})
-    if args.mode == "weights":
+    if request.mode == "weights":
         from .core.write.weights_writer import write_weights
 
-        result = write_weights(plan, out, max_shard_bytes=args.max_shard_size, progress=progress, serve=serve, hash_name=args.hash)
+        result = write_weights(plan, out, max_shard_bytes=request.max_shard_bytes, progress=progress, serve=serve,
+                               hash_name=request.hash_name)
     else:
         result = write_dummy(plan, out, progress=progress, serve=serve)
     from .core.check_child import CheckChild
@@ -307,51 +382,55 @@ def cmd_trim(args) -> int:
     CheckChild.release()  # the checks are done: their memory goes back before any validation
     if args.progress:
         progress({"event": "result", "output": str(result.path), "files": len(result.files)})
-    checks = None
-    if args.mode == "weights":
-        checks = {
-            "integrity": result.integrity,
-            "structure": result.structure.to_json(),
-            "disk_bytes": result.estimate.total,
-            "copy_method": result.copy_method,
-            "vllm_load": "unverified",
-        }
-    validation = None
-    if args.validate or args.serve or args.equivalence:
-        _leftover_servers_notice(args)
-        validation = run_validation(result.path, args, quiet=args.json)
-    if args.json:
-        command = serve_command(plan, result.path, args.mode, serve)
-        doc = plan_to_json(plan, serve=_budget_inputs(plan, raw)) | {"mode": args.mode, "output": str(result.path), "files": result.files,
-                                                                      "serve_command": command}
-        if checks is not None:
-            doc["checks"] = checks
-        if validation is not None:
-            doc["validation"] = validation[0].to_json()
-        json.dump(doc, sys.stdout, indent=2)
-        sys.stdout.write("\n")
-    else:
-        from rich.console import Console
-        from rich.text import Text
+    return result
 
-        from .render import render_plan
 
-        console = Console()
-        render_plan(plan, console, repo=args.repo)
-        # paths and check summaries are text, never markup: "[checks]" or a bracket in a path stays as written
-        console.print(Text.assemble(("wrote", "bold green"), f" {result.path} ({len(result.files)} files; see README.md there)"))
-        if checks is not None:
-            integ = result.integrity
-            console.print(
-                f"checkpoint: {integ['tensors']} tensors in {len(integ['shards'])} shard(s), "
-                f"{integ['hashes_matched']} {integ['hash']} hashes matched; index {integ['index']}", markup=False,
-            )
-            console.print(f"structure: {result.structure.headline}", markup=False)
-            if validation is None:
-                console.print("vLLM load: unverified (mxtrim validate OUT --serve, or the serve command in README.md)")
-        if validation is not None:
-            print_validation(*validation[:2])
-    return 0 if validation is None or validation[2] else 1
+def _weights_checks(result) -> dict:
+    return {
+        "integrity": result.integrity,
+        "structure": result.structure.to_json(),
+        "disk_bytes": result.estimate.total,
+        "copy_method": result.copy_method,
+        "vllm_load": "unverified",
+    }
+
+
+def _print_trim_json(request, plan, result, serve, validation) -> None:
+    from .core.plan.plan_json import plan_to_json
+    from .core.write.report import serve_command
+
+    command = serve_command(plan, result.path, request.mode, serve)
+    doc = plan_to_json(plan, serve=_budget_inputs(plan, request.serve)) | {
+        "mode": request.mode, "output": str(result.path), "files": result.files, "serve_command": command}
+    if request.mode == "weights":
+        doc["checks"] = _weights_checks(result)
+    if validation is not None:
+        doc["validation"] = validation[0].to_json()
+    json.dump(doc, sys.stdout, indent=2)
+    sys.stdout.write("\n")
+
+
+def _print_trim_text(request, plan, result, validation) -> None:
+    from rich.console import Console
+    from rich.text import Text
+
+    from .render import render_plan
+
+    console = Console()
+    render_plan(plan, console, repo=request.repo)
+    # paths and check summaries are text, never markup: "[checks]" or a bracket in a path stays as written
+    console.print(Text.assemble(("wrote", "bold green"), f" {result.path} ({len(result.files)} files; see README.md there)"))
+    if request.mode == "weights":
+        integ = result.integrity
+        console.print(
+            f"checkpoint: {integ['tensors']} tensors in {len(integ['shards'])} shard(s), "
+            f"{integ['hashes_matched']} {integ['hash']} hashes matched; index {integ['index']}", markup=False,
+        )
+        console.print(f"structure: {result.structure.headline}", markup=False)
+        if validation is None:
+            console.print("vLLM load: unverified (mxtrim validate OUT --serve, or the serve command in README.md)")
+    if validation is not None:
+        print_validation(*validation[:2])
 
 
 def _leftover_notices(event: dict) -> None:

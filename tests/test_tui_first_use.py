@@ -192,6 +192,37 @@ async def test_budget_fields_are_validated_and_reach_the_report(tmp_path, demo):
     assert "${TP:-1}" not in readme
 
 
+@pytest.mark.asyncio
+@pytest.mark.slow
+async def test_the_write_runs_a_plan_file_holding_every_budget_field(tmp_path, demo, monkeypatch):
+    """DP, expert parallelism, tokens per step and the KV cache dtype chosen in the budget step
+    reach the output's serve command: the wizard saves a plan file and runs `trim --plan`."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    app, ws = make_app(tmp_path, demo)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(app, pilot)
+        await goto(app, pilot, "budget")
+        await replace_text(app, pilot, "#in-dp", "2")
+        await replace_text(app, pilot, "#in-max_num_batched_tokens", "512")
+        await replace_text(app, pilot, "#in-kv_cache_dtype", "fp8")
+        app.screen.query_one("#in-expert_parallel").focus()
+        await pilot.press("space")
+        await settle(app, pilot)
+        assert not app.screen.query("Input.-invalid")
+        await goto(app, pilot, "output")
+        await replace_text(app, pilot, "#out-path", "planned")
+        await write_and_wait(app, pilot)
+        log = "\n".join(str(line.text) for line in app.get_screen("run").query_one("#run-log").lines)
+    plans = list((tmp_path / "state" / "mxtrim" / "plans").glob("*.json"))
+    assert len(plans) == 1 and f"mxtrim trim --plan {plans[0]}" in log.replace("\n", "")  # wrapped at 80 columns
+    doc = json.loads(plans[0].read_text())
+    assert doc["serve"] == {"dp": "2", "max_num_batched_tokens": "512", "kv_cache_dtype": "fp8", "expert_parallel": True}
+    assert doc["mode"] == "dummy" and doc["output"] == str(ws / "planned")
+    readme = (ws / "planned" / "README.md").read_text()
+    for flag in ("--data-parallel-size 2", "--enable-expert-parallel", "--max-num-batched-tokens 512", "--kv-cache-dtype fp8"):
+        assert flag in readme, flag
+
+
 # --- 4. advertised keys work from each screen's initial focus -------------------------------
 @pytest.mark.asyncio
 @pytest.mark.slow

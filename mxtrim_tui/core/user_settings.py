@@ -1,5 +1,6 @@
 """The user's own files under ``$XDG_CONFIG_HOME/mxtrim`` that the CLI reads as well as the
-wizard: ``settings.json`` (e.g. the vLLM interpreter typed in the wizard's validate dialog).
+wizard: ``settings.json`` (e.g. the vLLM interpreter typed in the wizard's validate dialog);
+and where the wizard keeps its plan files (``$XDG_STATE_HOME/mxtrim/plans``).
 A missing or unreadable file is no settings; a read-only home never breaks a run."""
 
 from __future__ import annotations
@@ -13,6 +14,13 @@ SETTINGS = "settings.json"
 
 def config_dir() -> Path:
     base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "mxtrim"
+
+
+def state_dir() -> Path:
+    """``$XDG_STATE_HOME/mxtrim`` (``~/.local/state/mxtrim``): what the wizard keeps of its
+    runs, such as the plan file of every write (``plans/``)."""
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return Path(base) / "mxtrim"
 
 

@@ -346,9 +346,16 @@ class MxtrimApp(App):
         if problem:
             self.show_error("Cannot write there", problem)
             return
+        from ..core.plan.plan_file import keep_plan_file
+
+        try:
+            plan_file = keep_plan_file(st.trim_request(), st.plan)
+        except (OSError, InputError) as exc:
+            self.show_error("The plan file cannot be written", str(exc))
+            return
         self.action_goto("run")
         # the run screen composes on first show: start once it is on screen
-        self.call_after_refresh(self.get_screen("run").start, trim_argv(st))
+        self.call_after_refresh(self.get_screen("run").start, trim_argv(plan_file, st.output_path))
 
     def register_child(self, proc: subprocess.Popen, grace: float = 5.0) -> None:
         self._children[proc] = grace

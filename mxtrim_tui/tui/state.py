@@ -90,25 +90,29 @@ class WizardState:
         keep = {k: v for k, v in self.keep.items() if v is not None}
         return Selection(keep, self.mtp)
 
-    def keep_args(self) -> list[str]:
-        """The same selection as CLI flags (the run screen starts `mxtrim trim` with them).
-        An automatic choice stays automatic, so that the child's plan, report and size are
-        the ones shown here."""
-        args: list[str] = []
+    def keep_specs(self) -> tuple[str, ...] | None:
+        """The selection as ``--keep`` specs (what a plan file records). An automatic choice
+        stays automatic, so that the trim's plan, report and size are the ones shown here."""
+        specs: list[str] = []
         if self.plan is not None:
             for sub, idx in self.plan.kept.items():
                 if self.keep.get(sub) is not None:
-                    args += ["--keep", f"{sub}=" + ",".join(map(str, idx))]
-            if "mtp" in self.plan.inventory.submodels and self.mtp is not None:
-                args.append("--mtp" if self.plan.mtp_kept else "--no-mtp")
-        return args
+                    specs.append(f"{sub}=" + ",".join(map(str, idx)))
+        return tuple(specs) or None
 
-    def serve_args(self) -> list[str]:
-        """The budget step's choices as `mxtrim trim` flags, once the user changed any."""
-        if not self.budget_chosen:
-            return []
-        b = self.budget_inputs
-        args = ["--tp", str(b.tp), "--max-model-len", str(b.max_model_len), "--max-num-seqs", str(b.max_num_seqs)]
-        if b.pp != 1:
-            args += ["--pp", str(b.pp)]
-        return args + ["--gpu-memory-utilization", f"{b.gpu_memory_utilization:g}"]
+    def mtp_choice(self) -> bool | None:
+        if self.plan is not None and "mtp" in self.plan.inventory.submodels and self.mtp is not None:
+            return self.plan.mtp_kept
+        return None
+
+    def serve_settings(self) -> dict:
+        """The budget step's fields the user changed, as typed (a plan file's serve settings;
+        the others keep the report's defaults)."""
+        return {k: v for k, v in self.budget_text.items() if v != ""}
+
+    def trim_request(self):
+        """The write asked for: what the wizard's plan file holds."""
+        from ..core.plan.plan_file import TrimRequest
+
+        return TrimRequest(source=self.source_path, keep=self.keep_specs(), mtp=self.mtp_choice(), mode=self.mode,
+                           out=self.output_path, serve=self.serve_settings())

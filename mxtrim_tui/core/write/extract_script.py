@@ -23,8 +23,6 @@ while giving each tensor's digest of exactly the bytes written.
 
 from __future__ import annotations
 
-import hashlib
-import importlib.metadata
 import json
 from dataclasses import dataclass
 from functools import cached_property
@@ -33,6 +31,8 @@ from pathlib import Path
 from ..plan.build import TrimPlan
 from ..read.safetensors_io import build_header_bytes
 from ..read.source import INDEX_NAME, ModelSource
+from ..read.source_pins import ShardPin
+from ..version import mxtrim_version
 
 SCRIPT_NAME = "extract_weights.py"
 PAGE = 4096
@@ -278,32 +278,6 @@ def _page_congruent(header: bytes, group: list[TensorCopy]) -> bytes:
 
 
 # ---------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class SourceHeaderDigest:
-    sha256: str  # of the 8-byte length + the JSON header, as stored
-    header_bytes: int
-    file_bytes: int
-
-
-def source_header_digests(src: ModelSource, files: list[str]) -> dict[str, SourceHeaderDigest]:
-    """SHA-256 of the header bytes of the source shards ``files`` (those the script reads:
-    what it pins; a shard it does not read may be absent, as in a partial download)."""
-    out = {}
-    for rel in files:
-        header = src.shards[rel]
-        with open(src.root / rel, "rb") as fh:
-            raw = fh.read(header.data_start)
-        out[rel] = SourceHeaderDigest(hashlib.sha256(raw).hexdigest(), len(raw), header.file_size)
-    return out
-
-
-def mxtrim_version() -> str:
-    try:
-        return importlib.metadata.version("mxtrim-tui")
-    except importlib.metadata.PackageNotFoundError:  # pragma: no cover - running from a checkout
-        return "dev"
-
-
 def _lit(value) -> str:
     """A Python literal for strings, ints and lists of them: JSON text is exactly that
     (json.dumps never writes escapes Python reads differently, and no true/false/null
@@ -311,7 +285,7 @@ def _lit(value) -> str:
     return json.dumps(value, ensure_ascii=True)
 
 
-def render_script(extraction: Extraction, digests: dict[str, SourceHeaderDigest], *, model_name: str,
+def render_script(extraction: Extraction, digests: dict[str, ShardPin], *, model_name: str,
                   tensor_digests: tuple[str, dict[str, str]] | None = None) -> str:
     """The text of ``extract_weights.py``. Deterministic: the same plan and source give
     the same script. ``tensor_digests``: (hash name, output tensor name -> digest) of the

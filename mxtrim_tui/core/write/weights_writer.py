@@ -46,8 +46,8 @@ from .extract_script import (
     Extraction,
     build_extraction,
     render_script,
-    source_header_digests,
 )
+from ..read.source_pins import shard_pins
 from ..plan.build import TrimPlan
 from ..plan.needed_shards import weights_blocker
 from .report import render_report
@@ -494,7 +494,7 @@ def extraction_script(plan: TrimPlan, extraction: Extraction, digests: dict | No
     """The standalone ``extract_weights.py`` that copies ``extraction`` out of the plan's source
     (``digests``: the source headers' digests, when already at hand)."""
     if digests is None:
-        digests = source_header_digests(plan.inventory.source, extraction.needed_source_files)
+        digests = shard_pins(plan.inventory.source, extraction.needed_source_files)
     return render_script(extraction, digests, model_name=plan.inventory.model_name)
 
 
@@ -643,7 +643,7 @@ def _prepare_extraction(plan: TrimPlan, out: Path, max_shard_bytes: int, emit):
         raise OutputError(out, message)
     emit({"event": "stage", "name": "budget", "status": "done", "total_bytes": estimate.total, "free_bytes": free,
           "shards": estimate.shards, "parts": [list(p) for p in estimate.parts]})
-    digests = source_header_digests(plan.inventory.source, extraction.needed_source_files)
+    digests = shard_pins(plan.inventory.source, extraction.needed_source_files)
     script_text = extraction_script(plan, extraction, digests)
     return extraction, estimate, digests, script_text
 

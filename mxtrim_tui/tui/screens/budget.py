@@ -9,7 +9,7 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.widgets import DataTable, Input, Label, Static
+from textual.widgets import Checkbox, DataTable, Input, Label, Static
 
 from ...core.plan.budget import check_parallelism, compute_budget, parse_budget_inputs
 from ...core.write.report import default_serve
@@ -57,21 +57,29 @@ class BudgetScreen(WizardScreen):
     HELP = (
         "Disk: what the output will take against the free space where it goes. GPU: each visible "
         "device's memory and the processes using it (NVML on NVIDIA, pymxml on MetaX; refreshed "
-        "every few seconds). Edit TP, context length, concurrency and memory utilisation to see "
-        "weights per GPU, KV cache per token and vLLM's predicted KV budget. Advice follows the "
+        "every few seconds). Edit TP, PP, DP and expert parallelism, context length, concurrency, "
+        "tokens per step, memory utilisation and the KV cache dtype to see weights per GPU, KV "
+        "cache per token and vLLM's predicted KV budget; what you change is written into the "
+        "output's serve command. Advice follows the "
         "trimming rules: reduce context, concurrency and cache budgets before anything else."
     )
     BINDINGS = [Binding("ctrl+r", "refresh_gpus", "Refresh GPUs", id="budget.refresh")]
     # the digits jump between steps: start outside the text boxes (Tab moves into them)
     AUTO_FOCUS = "#budget-body"
+    # two rows of boxes (80 columns hold five), then expert parallelism as a checkbox
     FIELDS = (
         ("tp", "TP"),
         ("pp", "PP"),
+        ("dp", "DP"),
         ("max_model_len", "context"),
         ("max_num_seqs", "seqs"),
+        ("max_num_batched_tokens", "batch tokens"),
         ("gpu_memory_utilization", "util"),
+        ("kv_cache_dtype", "KV dtype"),
         ("gpu_gib", "GPU GiB"),
     )
+    ROW_SPLIT = 5
+    EP = "expert_parallel"
 
     def __init__(self) -> None:
         super().__init__()
@@ -84,8 +92,9 @@ class BudgetScreen(WizardScreen):
         st = self.app.state
         b = default_serve(st.plan) if st.plan is not None else st.budget_inputs
         return {
-            "tp": str(b.tp), "pp": str(b.pp), "max_model_len": str(b.max_model_len), "max_num_seqs": str(b.max_num_seqs),
-            "gpu_memory_utilization": f"{b.gpu_memory_utilization:g}", "gpu_gib": "",
+            "tp": str(b.tp), "pp": str(b.pp), "dp": str(b.dp), "max_model_len": str(b.max_model_len),
+            "max_num_seqs": str(b.max_num_seqs), "max_num_batched_tokens": "",  # blank: the context length
+            "gpu_memory_utilization": f"{b.gpu_memory_utilization:g}", "kv_cache_dtype": b.kv_cache_dtype, "gpu_gib": "",
         }
 
     def _fill_inputs(self) -> None:
@@ -98,16 +107,24 @@ class BudgetScreen(WizardScreen):
                 self._filled[name] = wanted
             if box.value != wanted:
                 box.value = wanted
+        ep = self.query_one(f"#in-{self.EP}", Checkbox)
+        if ep.value != bool(typed.get(self.EP)):
+            ep.value = bool(typed.get(self.EP))
 
     def compose(self) -> ComposeResult:
         yield from self.compose_header()
         with VerticalScroll(id="budget-body"):
-            with Horizontal(id="budget-inputs"):
-                for name, label in self.FIELDS:
-                    with Vertical(classes="budget-field"):
-                        yield Label(label)
-                        # marked invalid by this screen (the core's rules), not by Input itself
-                        yield Input(id=f"in-{name}", validate_on=())
+            for row, fields in (("budget-inputs", self.FIELDS[:self.ROW_SPLIT]), ("budget-inputs-2", self.FIELDS[self.ROW_SPLIT:])):
+                with Horizontal(id=row, classes="budget-row"):
+                    for name, label in fields:
+                        with Vertical(classes="budget-field"):
+                            yield Label(label)
+                            # marked invalid by this screen (the core's rules), not by Input itself
+                            yield Input(id=f"in-{name}", validate_on=())
+                    if row == "budget-inputs-2":
+                        with Vertical(classes="budget-field"):
+                            yield Label("EP")
+                            yield Checkbox("experts", id=f"in-{self.EP}")
             yield Static("", id="budget-errors")
             yield Static("", id="disk-view")
             yield Label("GPUs", classes="pane-title")
@@ -156,6 +173,9 @@ class BudgetScreen(WizardScreen):
         rules); invalid boxes are marked and their messages listed under the boxes."""
         st = self.app.state
         raw = {name: self.query_one(f"#in-{name}", Input).value for name, _ in self.FIELDS}
+        if not raw["max_num_batched_tokens"].strip():
+            del raw["max_num_batched_tokens"]  # blank: vLLM's default, the context length
+        raw[self.EP] = self.query_one(f"#in-{self.EP}", Checkbox).value
         from dataclasses import replace
 
         inputs, errors = parse_budget_inputs(raw, replace(st.budget_inputs, gpu_total_bytes=None))
@@ -165,7 +185,7 @@ class BudgetScreen(WizardScreen):
             box = self.query_one(f"#in-{name}", Input)
             box.set_class(name in errors, "-invalid")
             box.set_class(name not in errors, "-valid")
-        labels = dict(self.FIELDS)
+        labels = dict(self.FIELDS, **{self.EP: "EP"})
         self.query_one("#budget-errors", Static).update(
             Text("\n".join(f"✗ {labels[k]}: {v}" for k, v in errors.items()), style="bold red") if errors else ""
         )
@@ -218,6 +238,15 @@ class BudgetScreen(WizardScreen):
                 else:
                     typed[name] = event.value  # typed by the user: kept
             self._update_budget()
+
+    @on(Checkbox.Changed, "#in-expert_parallel")
+    def _expert_parallel(self, event: Checkbox.Changed) -> None:
+        typed = self.app.state.budget_text
+        if event.value:
+            typed[self.EP] = True
+        else:
+            typed.pop(self.EP, None)  # off: the default
+        self._update_budget()
 
     # --- GPU probe in a worker ------------------------------------------------------------
     def action_refresh_gpus(self) -> None:

@@ -477,9 +477,6 @@ def terminate(proc: subprocess.Popen, grace: float = 5.0) -> None:
         proc.wait()
 
 
-def trim_argv(state) -> list[str]:
-    argv = [sys.executable, "-m", "mxtrim_tui", "trim", str(state.source_path), "--mode", state.mode]
-    argv += state.keep_args()
-    argv += state.serve_args()
-    argv += ["--out", str(state.output_path), "--progress", "--json"]
-    return argv
+def trim_argv(plan_file, out) -> list[str]:
+    """`mxtrim trim --plan FILE`: the wizard's write runs the plan file it saved."""
+    return [sys.executable, "-m", "mxtrim_tui", "trim", "--plan", str(plan_file), "--out", str(out), "--progress", "--json"]
