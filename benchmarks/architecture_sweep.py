@@ -413,7 +413,6 @@ def run_one(model_type: str, cls_name: str, workdir: Path, timeout: int = 120, d
     import transformers
 
     from mxtrim_tui.core.model.inventory import build_inventory
-    from mxtrim_tui.core.plan.build import Selection, build_plan
     from mxtrim_tui.core.read.source import open_source
     from synth.checkpoint import write_safetensors
 
@@ -480,7 +479,7 @@ def run_one(model_type: str, cls_name: str, workdir: Path, timeout: int = 120, d
 def _case(transformers, torch, inv, spec, src_model, stack, src_cfg, text_key, kinds, cls_name, out_dir: Path) -> Case:
     from mxtrim_tui.core.plan.build import Selection, build_plan
 
-    from mxtrim_tui.core.plan.transformers_check import checked_plan
+    from mxtrim_tui.core.checks.transformers_plan import checked_plan
 
     try:
         plan = checked_plan(build_plan(inv, Selection.parse([spec])))

@@ -30,7 +30,7 @@ billed to the next.
   * mxtrim trim --mode weights, end to end: plan, the script hashing as it copies, the
     written shards read back and hashed behind it, the ends of every tensor compared with
     the source, the structure check. The transformers checks' verdicts are remembered
-    (core/check_cache.py, in a cache private to this run): the first round checks (in child
+    (core/checks/cache.py, in a cache private to this run): the first round checks (in child
     processes), the warm rounds reuse the verdicts, as a trim after `mxtrim plan` does;
   * the same with --hash sha256;
   * the same with the verdicts not remembered (MXTRIM_CHECK_CACHE=0): every run imports
@@ -64,7 +64,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))  # the synthetic checkpoints (tests/synth)
 
-from mxtrim_tui.core.write.extract_script import SCRIPT_NAME, build_extraction  # noqa: E402
+from mxtrim_tui.core.plan.layout import build_extraction  # noqa: E402
+from mxtrim_tui.core.write.extract_script import SCRIPT_NAME  # noqa: E402
 from mxtrim_tui.core.model.inventory import build_inventory  # noqa: E402
 from mxtrim_tui.core.plan.build import Selection, build_plan  # noqa: E402
 from mxtrim_tui.core.read.source import open_source  # noqa: E402

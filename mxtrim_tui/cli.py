@@ -184,7 +184,7 @@ def _plan(request):
     from .core.plan.build import Selection, build_plan
     from .core.read.source import open_source
 
-    from .core.plan.check_outcome import checked_plan_cached
+    from .core.checks.plan_outcome import checked_plan_cached
 
     keep = list(request.keep) if request.keep is not None else None
     inv = build_inventory(open_source(request.source))
@@ -377,7 +377,7 @@ def _write(args, request, plan, out: Path, serve):
                                hash_name=request.hash_name)
     else:
         result = write_dummy(plan, out, progress=progress, serve=serve)
-    from .core.check_child import CheckChild
+    from .core.checks.child import CheckChild
 
     CheckChild.release()  # the checks are done: their memory goes back before any validation
     if args.progress:

@@ -11,7 +11,7 @@ import os
 import tempfile
 
 os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="mxtrim-test-state-")
-# the transformers checks' verdicts (core/check_cache.py) and vLLM's model-inspection cache:
+# the transformers checks' verdicts (core/checks/cache.py) and vLLM's model-inspection cache:
 # kept for this run only, and shared by its parallel workers (pytest-xdist) as one process
 # running the whole suite would share them (entries are written atomically)
 _RUN = os.environ.get("PYTEST_XDIST_TESTRUNUID")

@@ -12,10 +12,10 @@ import pytest
 
 from benchmarks.architecture_sweep import make_source
 from engine_support import plan_for, run_cli
-from mxtrim_tui.core import check_cache
-from mxtrim_tui.core.plan.check_outcome import apply_outcome, checked_plan_cached, outcome_of, plan_key
+from mxtrim_tui.core.checks import cache as check_cache
+from mxtrim_tui.core.checks.plan_outcome import apply_outcome, checked_plan_cached, outcome_of, plan_key
 from mxtrim_tui.core.plan.plan_json import plan_to_json
-from mxtrim_tui.core.plan.transformers_check import checked_plan
+from mxtrim_tui.core.checks.transformers_plan import checked_plan
 
 CASES = [
     ("gpt_neox_japanese", ["0,1,4,5"], False),  # mismatch, with the nearest selection as fix

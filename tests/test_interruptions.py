@@ -17,7 +17,8 @@ import pytest
 
 from benchmarks.interruptions import event_of, interrupt, rerun_problems, start_trim, trial_problems
 from engine_support import mount_tmpfs, plan_for, run_cli, tree_digest
-from mxtrim_tui.core.write.extract_script import SCRIPT_NAME, build_extraction
+from mxtrim_tui.core.plan.layout import build_extraction
+from mxtrim_tui.core.write.extract_script import SCRIPT_NAME
 from mxtrim_tui.core.write.leftovers import find_leftovers
 from synth.checkpoint import write_checkpoint
 from synth.layouts.llama import llama3

@@ -18,9 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from engine_support import REPO, plan_for, run_cli
+from engine_support import plan_for, run_cli
 from mxtrim_tui.core.read.source import TIKTOKEN_DETAIL, FileKind, open_source
-from mxtrim_tui.core.write.writer import OVER_SIDE_LIMIT, SIDE_FILE_LIMIT_BYTES, asset_files, not_copied_files
+from mxtrim_tui.core.plan.layout import OVER_SIDE_LIMIT, SIDE_FILE_LIMIT_BYTES, asset_files
+from mxtrim_tui.core.write.writer import not_copied_files
 from synth.checkpoint import write_checkpoint
 from synth.layouts.deepseek import kimi_k2
 

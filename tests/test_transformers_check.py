@@ -11,7 +11,7 @@ import pytest
 
 from benchmarks.architecture_sweep import architectures_map, make_source, run_one
 from engine_support import plan_for, run_cli
-from mxtrim_tui.core.plan.transformers_check import EXACT, MISMATCH, checked_plan
+from mxtrim_tui.core.checks.transformers_plan import EXACT, MISMATCH, checked_plan
 
 warnings.simplefilter("ignore")
 
@@ -103,7 +103,7 @@ def test_the_check_can_fail(tmp_path):
     """A plan whose config rewrite is undone builds 8 layers where 4 are kept: mismatch."""
     import dataclasses
 
-    from mxtrim_tui.core.plan.transformers_check import check_plan
+    from mxtrim_tui.core.checks.transformers_plan import check_plan
 
     src = make_source("llama", tmp_path / "src")
     plan = plan_for(src, ["0,1,4,5"])

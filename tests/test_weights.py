@@ -23,9 +23,10 @@ import xxhash
 from engine_support import REPO, cli_argv, plan_for, run_cli, tree_digest
 from mxtrim_tui.core.write import writer
 from mxtrim_tui.core.plan.disk_budget import check_free_space, estimate_output
-from mxtrim_tui.core.write.extract_script import SCRIPT_NAME, build_extraction
+from mxtrim_tui.core.plan.layout import build_extraction
+from mxtrim_tui.core.write.extract_script import SCRIPT_NAME
 from mxtrim_tui.core.read.source import INDEX_NAME, open_source
-from mxtrim_tui.core.write.structure_check import CHECKED, NOT_CHECKED, PARTIAL, check_structure
+from mxtrim_tui.core.checks.structure import CHECKED, NOT_CHECKED, PARTIAL, check_structure
 from mxtrim_tui.core.units import DEFAULT_MAX_SHARD_BYTES
 from mxtrim_tui.core.write.weights_writer import AccountingError, Cancelled, check_accounting, extraction_script, write_weights
 from mxtrim_tui.core.write.writer import OutputError, write_dummy

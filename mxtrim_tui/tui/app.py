@@ -280,7 +280,7 @@ class MxtrimApp(App):
     @work(thread=True, exclusive=True, group="check", exit_on_error=False)
     def check_plan(self, plan) -> None:
         """Check ``plan`` as `mxtrim trim` will; the result replaces it if still current."""
-        from ..core.plan.check_outcome import checked_plan_cached
+        from ..core.checks.plan_outcome import checked_plan_cached
 
         checked = checked_plan_cached(plan)  # here on a miss; remembered for the trim's own check
         self.call_from_thread(self._plan_checked, plan, checked)

@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from .check_result import TransformersCheck
 from .config_edit import MISSING, ConfigEdit, apply_edits, get_path
 from ..model.families.base import DENSE, DSA_FULL, DSA_SHARED, HASH_MOE, MOE, Stack, first_int, require_moe
 from ..read.source import CONFIG_ONLY
@@ -151,8 +152,8 @@ class TrimPlan:
     issues: list[Issue]
     new_documents: dict[str, dict]  # file -> rewritten JSON (config.json, side quant files)
     auto: dict[str, bool]
-    # transformers' verdict on the output config (core/plan/transformers_check.py), once run
-    transformers_check: object = None
+    # transformers' verdict on the output config (core/checks/transformers_plan.py), once run
+    transformers_check: TransformersCheck | None = None
 
     @property
     def errors(self) -> list[Issue]:

@@ -1,7 +1,7 @@
 """Disk space a real-weight output needs, from headers alone, and the free-space check.
 
 Shard sizes are exact: tensor bytes from the source headers plus each output header as it
-will be written (:func:`~.extract_script.build_extraction` builds them byte for byte).
+will be written (:func:`~.layout.build_extraction` builds them byte for byte).
 Rewritten configs and copied assets are exact too; only the small generated files
 (manifest, script, plan, report) are estimated, generously. The budget assumes a full copy
 even where the filesystem could share blocks (reflinks): a promise of space that a
@@ -15,10 +15,13 @@ from pathlib import Path
 
 import psutil
 
-from ..write.extract_script import HEAD, LAYER, MTP, OTHER, Extraction, build_extraction
+from .layout import HEAD, LAYER, MTP, OTHER, Extraction, asset_files, build_extraction, json_text, utf8
 from .build import TrimPlan
 from ..units import DEFAULT_MAX_SHARD_BYTES, human_bytes
-from ..write.writer import asset_files, free_space_margin, json_text, utf8
+
+MARGIN_MIN = 1 << 30  # the most kept free: 1 GiB...
+MARGIN_FRACTION = 0.02  # ...or 2 % of the filesystem,
+MARGIN_FLOOR = 1 << 20  # but for a small output only 1 MiB plus a tenth of it
 
 
 
@@ -101,10 +104,17 @@ def existing_ancestor(path: Path) -> Path:
     return Path(path.anchor or "/")
 
 
+def free_space_margin(filesystem_bytes: int, output_bytes: int) -> int:
+    """Space left free after writing: never fill a filesystem to the last byte nor past 98 %
+    of it (at least 1 GiB), but a small output needs no more than 1 MiB plus a tenth of itself
+    (block rounding, the filesystem's own metadata), so it still fits a small volume."""
+    return min(max(MARGIN_MIN, int(filesystem_bytes * MARGIN_FRACTION)), MARGIN_FLOOR + output_bytes // 10)
+
+
 def check_free_space(estimate: DiskEstimate, out_dir: Path) -> tuple[bool, int, str]:
     """``(ok, free bytes, message)`` for writing ``estimate`` at ``out_dir``: ok when the
     free space of the filesystem that will hold it, minus a margin (see
-    :func:`~..write.writer.free_space_margin`), covers the output."""
+    :func:`free_space_margin`), covers the output."""
     where = existing_ancestor(out_dir)
     usage = psutil.disk_usage(str(where))
     margin = free_space_margin(usage.total, estimate.total)

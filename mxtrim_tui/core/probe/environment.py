@@ -9,8 +9,8 @@ import sys
 from dataclasses import dataclass
 from functools import cache
 
-from ..validate.offline_probe import PACKAGES as DISTRIBUTIONS
-from ..validate.offline_probe import package
+from .offline_probe import PACKAGES as DISTRIBUTIONS
+from .offline_probe import package
 
 
 @dataclass(frozen=True)

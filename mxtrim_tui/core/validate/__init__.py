@@ -1,6 +1,6 @@
 """The validation stage: prove an output directory in the environment that will run it.
 
-- ``offline_probe`` — runs in the target interpreter: versions, import origins, config /
+- ``probe/offline_probe.py`` (run in the target interpreter): versions, import origins, config /
   tokenizer / chat template / processor loaded offline, architecture registered in vLLM.
 - ``serve`` — the `vllm serve` command for an output, the server process and its shutdown.
 - ``requests`` — the HTTP requests sent to a healthy server (models, completion, chat).

@@ -19,7 +19,7 @@ from .classify import classify
 from .serve import ServeOptions, Server, free_port, interrupting_signals, output_quantization, output_text_config, serve_argv, serve_env
 from .vllm_log import spec_counts_from_log
 
-PROBE = Path(__file__).with_name("offline_probe.py")
+PROBE = Path(__file__).parent.parent / "probe" / "offline_probe.py"  # run by the target interpreter
 PASSED, FAILED, UNVERIFIED, NOT_APPLICABLE = "passed", "failed", "unverified", "not applicable"
 NOT_COMPARABLE, DIFFERS = "not comparable", "differs"  # neither passed nor failed
 # the server checks, in the order they run; every validation lists each of them

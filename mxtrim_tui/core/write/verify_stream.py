@@ -22,7 +22,7 @@ from pathlib import Path
 
 import xxhash
 
-from .extract_script import Extraction, TensorCopy
+from ..plan.layout import Extraction, TensorCopy
 
 HASHES = ("xxh3_128", "sha256")
 DEFAULT_HASH = "xxh3_128"

@@ -41,12 +41,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..plan.disk_budget import DiskEstimate, check_free_space, estimate_from_extraction
-from .extract_script import (
-    SCRIPT_NAME,
-    Extraction,
-    build_extraction,
-    render_script,
-)
+from .extract_script import SCRIPT_NAME, render_script
+from ..plan.layout import Extraction, asset_files, build_extraction, encodes_utf8, utf8
 from ..read.source_pins import shard_pins
 from ..plan.build import TrimPlan
 from ..plan.needed_shards import weights_blocker
@@ -55,24 +51,22 @@ from ..read.safetensors_io import read_header
 from ..read.source import INDEX_NAME, ModelSource, open_source
 from ..child_process import parent_death_signal
 from .leftovers import remove_leftovers, signals_held
-from .structure_check import StructureJob, StructureResult, not_checked, planned_request
+from ..checks.structure import StructureJob, StructureResult, not_checked, planned_request
 from .verify_stream import DEFAULT_HASH, OutputFollower, SourceSnapshot, VerifyFailed, hash_range
 from ..units import DEFAULT_MAX_SHARD_BYTES
-from .. import check_cache, interrupts
+from .. import interrupts
+from ..checks import cache as check_cache
 from .writer import (
     PLAN_NAME,
     README_NAME,
     FileEvents,
     OutputError,
     WriteResult,
-    asset_files,
     make_parent,
     prepare_output,
     readme_entry,
     rename_into_place,
     temp_sibling,
-    encodes_utf8,
-    utf8,
     write_documents_and_assets,
     write_plan_json,
     write_failed,
@@ -546,7 +540,7 @@ def write_weights(
     events for configs and assets, and ``verify`` events (``done_bytes``, ``total_bytes``).
     ``structure=False`` skips the transformers structure check (it imports torch, in a
     child process that runs while the copy does, unless the same planned output was checked
-    before: :mod:`..check_cache`). ``hash_name``: ``xxh3_128`` (the default) or ``sha256``,
+    before: :mod:`..checks.cache`). ``hash_name``: ``xxh3_128`` (the default) or ``sha256``,
     the digest every tensor's source and written ranges get.
     ``cancel``: a threading.Event another thread may set (a UI's Cancel button): the run
     stops at the next event (the script within 0.1 s) and raises :class:`Cancelled`, with
@@ -663,7 +657,7 @@ def _write_file_entries(plan: TrimPlan, extraction: Extraction, tmp: Path, emit)
 
 def _start_structure(plan: TrimPlan, extraction: Extraction, structure: bool, emit) -> StructureJob | StructureResult:
     """The structure check of the planned output: its result when skipped or already known
-    (:mod:`..check_cache`), else its child process, started before the copy."""
+    (:mod:`..checks.cache`), else its child process, started before the copy."""
     emit({"event": "stage", "name": "structure", "status": "start"})
     if not structure:
         return not_checked("skipped (structure=False)")

@@ -7,7 +7,6 @@ place only when complete; any error or interruption removes it. The source is on
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import stat
@@ -18,6 +17,10 @@ from pathlib import Path
 from .. import interrupts
 from ..errors import InputError
 from ..plan.build import CONFIG, TrimPlan
+from ..plan.layout import (
+    OVER_SIDE_LIMIT, SIDE_FILE_LIMIT_BYTES, SIDE_KINDS, asset_files, is_copied_kind, json_text, utf8,
+)
+from ..plan.disk_budget import free_space_margin
 from ..plan.plan_json import plan_to_json
 from .report import render_report, serve_settings
 from ..read.source import FileKind
@@ -27,20 +30,6 @@ from .leftovers import remove_leftovers, signals_held
 DEFAULT_MODELS_DIR = Path("tools") / "batched_test" / "models"
 # What a dummy directory needs besides the rewritten config (seed: "Generate the output directory"):
 # copied whatever their size.
-ASSET_KINDS = (
-    FileKind.TOKENIZER,
-    FileKind.TOKENIZER_CONFIG,
-    FileKind.CHAT_TEMPLATE,
-    FileKind.GENERATION_CONFIG,
-    FileKind.PROCESSOR_CONFIG,
-    FileKind.CUSTOM_CODE,
-)
-# Side files: every other non-weight file (quantizer recipes, unknown files), copied when no
-# larger than SIDE_FILE_LIMIT_BYTES and not named or shaped like weights.
-SIDE_KINDS = (FileKind.QUANT_RECIPE, FileKind.UNKNOWN)
-SIDE_FILE_LIMIT_BYTES = 16 * 1024 * 1024
-OVER_SIDE_LIMIT = f"over the {SIDE_FILE_LIMIT_BYTES // (1024 * 1024)} MiB limit for unknown files"
-# Why a file of these kinds is not copied (weight shards and their index: the report's own line).
 NOT_COPIED_REASONS = {
     FileKind.OTHER_WEIGHTS: "weights are never copied",
     FileKind.DOCUMENTATION: "not needed to load or serve (the output's README.md is mxtrim's report)",
@@ -54,9 +43,6 @@ DUMMY_GENERATED = frozenset({PLAN_NAME, README_NAME})
 TEMP_NAME_EXTRA = len("..") + 2 * len(".partial-") + 2 * 7
 
 
-MARGIN_MIN = 1 << 30  # the most kept free: 1 GiB...
-MARGIN_FRACTION = 0.02  # ...or 2 % of the filesystem,
-MARGIN_FLOOR = 1 << 20  # but for a small output only 1 MiB plus a tenth of it
 
 
 class OutputError(InputError):
@@ -143,13 +129,6 @@ def check_writable(out: Path, ancestor: Path) -> None:
         raise OutputError(out, f"cannot write in {ancestor}: {exc.strerror or exc}") from None
 
 
-def free_space_margin(filesystem_bytes: int, output_bytes: int) -> int:
-    """Space left free after writing: never fill a filesystem to the last byte nor past 98 %
-    of it (at least 1 GiB), but a small output needs no more than 1 MiB plus a tenth of itself
-    (block rounding, the filesystem's own metadata), so it still fits a small volume."""
-    return min(max(MARGIN_MIN, int(filesystem_bytes * MARGIN_FRACTION)), MARGIN_FLOOR + output_bytes // 10)
-
-
 def check_free_bytes(out: Path, ancestor: Path, need_bytes: int) -> None:
     usage = shutil.disk_usage(ancestor)
     margin = free_space_margin(usage.total, need_bytes)
@@ -182,30 +161,6 @@ def make_parent(out: Path) -> None:
         raise OutputError(out, f"cannot create {out.parent}: {exc.strerror or exc}") from None
 
 
-def json_text(doc: dict) -> str:
-    """How every JSON document mxtrim writes is spelled: indent 2, UTF-8, a final newline.
-    A file name that is not UTF-8 (held as surrogates) makes the document ASCII with escapes,
-    which still reads back to the same name."""
-    text = json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
-    if text.isascii() or encodes_utf8(text):
-        return text
-    return json.dumps(doc, indent=2) + "\n"
-
-
-def encodes_utf8(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
-def utf8(text: str) -> bytes:
-    """``text`` as written to a file: UTF-8, with what cannot be (non-UTF-8 file names held as
-    surrogates) spelled as backslash escapes."""
-    return text.encode("utf-8", "backslashreplace")
-
-
 def write_json(path: Path, doc: dict) -> int:
     return write_text(path, json_text(doc))
 
@@ -220,24 +175,6 @@ def prepare_output(plan: TrimPlan, out: Path) -> Path:
     if plan.errors:
         raise OutputError(out, "the plan has blocking errors: " + "; ".join(i.message for i in plan.errors))
     return check_output_location(out, plan.inventory.source.root)
-
-
-def is_copied_kind(f) -> bool:
-    """Whether a source file is of a kind an output takes over: an asset, or a small side file
-    that is not weights (names reserved by mxtrim aside)."""
-    if f.kind in ASSET_KINDS:
-        return True
-    return f.kind in SIDE_KINDS and not f.never_copy and f.size <= SIDE_FILE_LIMIT_BYTES
-
-
-def asset_files(plan: TrimPlan, reserved=frozenset()):
-    """Source files copied into every output (tokenizer files, templates, generation/processor
-    configs, custom code, and side files: quantizer recipes and other small non-weight files),
-    excluding those rewritten by the plan and the ``reserved`` names mxtrim writes itself."""
-    return [
-        f for f in plan.inventory.source.files
-        if f.path not in plan.new_documents and is_copied_kind(f) and f.path not in reserved
-    ]
 
 
 def not_copied_reason(f) -> str:

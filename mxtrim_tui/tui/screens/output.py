@@ -13,7 +13,8 @@ from textual.widgets import Input, Label, RadioButton, RadioSet, Static
 from ...core.errors import InputError
 from ...core.plan.needed_shards import missing_shards
 from ...core.units import human_bytes
-from ...core.write.writer import asset_files, check_output_location
+from ...core.plan.layout import asset_files
+from ...core.write.writer import check_output_location
 from .base import WizardScreen
 from .budget import output_bytes
 

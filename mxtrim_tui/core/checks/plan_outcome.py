@@ -2,9 +2,9 @@
 
 :func:`checked_plan_cached` gives what :func:`transformers_check.checked_plan` gives, without
 importing torch or transformers into the calling process: the check runs in the run's check
-child (:mod:`..check_child`), which rebuilds the same plan from the same request (source, ``--keep`` specs, MTP choice) and answers with the check's *outcome*:
+child (:mod:`.child`), which rebuilds the same plan from the same request (source, ``--keep`` specs, MTP choice) and answers with the check's *outcome*:
 what it changed (the text selection when it widened an automatic one, fields it solved),
-the issues and the verdict. The outcome is stored in :mod:`..check_cache` under a digest of
+the issues and the verdict. The outcome is stored in :mod:`.cache` under a digest of
 everything the check reads, so a plan checked once (``mxtrim plan``, an earlier trim) is not
 checked again. :func:`apply_outcome` turns an outcome back into the checked plan; a test
 holds it equal to ``checked_plan`` for every kind of outcome.
@@ -15,8 +15,8 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 
-from .. import check_cache
-from .build import Issue, Selection, TrimPlan, build_plan
+from . import cache as check_cache
+from ..plan.build import Issue, Selection, TrimPlan, build_plan
 
 KIND = "plan"
 
@@ -66,7 +66,7 @@ def outcome_of(plan: TrimPlan, checked: TrimPlan) -> dict:
 
 def apply_outcome(plan: TrimPlan, outcome: dict) -> TrimPlan:
     """The checked plan, from ``plan`` and the check's outcome."""
-    from .transformers_check import TransformersCheck, _mtp_choice, with_solution
+    from .transformers_plan import TransformersCheck, _mtp_choice, with_solution
 
     base = plan
     if outcome.get("text") is not None:
@@ -94,17 +94,17 @@ def checked_plan_cached(plan: TrimPlan, *, force: bool = False, request: dict | 
         except (KeyError, TypeError, ValueError):
             outcome = None  # an entry of another shape: check again
     if request is not None:
-        from ..check_child import CheckChild
+        from .child import CheckChild
 
         child = CheckChild.shared()
         outcome = child.ask(dict(request, op="plan", force=force))
         if outcome is None:
-            from .transformers_check import NOT_CHECKED, TransformersCheck
+            from .transformers_plan import NOT_CHECKED, TransformersCheck
 
             failed = TransformersCheck(NOT_CHECKED, f"the check's process failed ({child.last_words()})")
             return dataclasses.replace(plan, transformers_check=failed)
     else:
-        from .transformers_check import checked_plan
+        from .transformers_plan import checked_plan
 
         outcome = outcome_of(plan, checked_plan(plan, force=force))
     check_cache.store(KIND, digest, outcome)
@@ -115,7 +115,7 @@ def outcome_for_request(request: dict) -> dict:
     """In the check child: the plan rebuilt from the request, checked, as an outcome."""
     from ..model.inventory import build_inventory
     from ..read.source import open_source
-    from .transformers_check import checked_plan
+    from .transformers_plan import checked_plan
 
     plan = build_plan(build_inventory(open_source(request["source"])), Selection.parse(request.get("keep"), request.get("mtp")))
     return outcome_of(plan, checked_plan(plan, force=bool(request.get("force"))))

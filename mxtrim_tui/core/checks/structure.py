@@ -36,7 +36,7 @@ from pathlib import Path
 
 from ..model.inventory import SCALE_SUFFIXES
 from ..plan.build import TrimPlan
-from ..checks.imports import import_torch_transformers, quiet_transformers
+from .imports import import_torch_transformers, quiet_transformers
 from ..read.source import ModelSource, open_source
 
 CHECKED = "checked"
@@ -115,7 +115,7 @@ def _mtp_names(plan: TrimPlan) -> set[str]:
     return {new for o, new in plan.renames if o in old}
 
 
-def _is_quant_side(name: str) -> bool:
+def is_quant_side(name: str) -> bool:
     leaf = name.rsplit(".", 1)[-1]
     return leaf in SCALE_SUFFIXES or leaf in PACKED_WEIGHT_LEAVES or leaf.endswith(PACKED_SUFFIXES)
 
@@ -220,7 +220,7 @@ def _check(torch, transformers, out_dir: Path, tensors, facts: dict) -> Structur
     for t_name, t_dtype, t_shape in tensors:
         if t_name in mtp:
             ignored["MTP / draft heads (transformers builds none; vLLM loads them)"] += 1
-        elif quantized and _is_quant_side(t_name):
+        elif quantized and is_quant_side(t_name):
             packed.add(t_name)
             ignored["quantization scales / packed weights (model built unquantized)"] += 1
         elif _ROTARY.search(t_name):
@@ -229,7 +229,7 @@ def _check(torch, transformers, out_dir: Path, tensors, facts: dict) -> Structur
             feed[t_name] = torch.empty(tuple(t_shape), dtype=_torch_dtype(torch, t_dtype), device="meta")
 
     try:
-        missing, unexpected, mismatched, how = _load_with_transformers(model, feed)
+        missing, unexpected, mismatched, how = load_with_transformers(model, feed)
     except Exception as exc:  # loader internals differ in this transformers version
         missing, unexpected, mismatched, how = _compare_names(model, expected, feed)
         how += f" (transformers' loader internals unavailable: {type(exc).__name__})"
@@ -261,7 +261,7 @@ def _check(torch, transformers, out_dir: Path, tensors, facts: dict) -> Structur
     )
 
 
-def _load_with_transformers(model, feed: dict):
+def load_with_transformers(model, feed: dict):
     """Run transformers' own state-dict conversion and loading on meta tensors."""
     from transformers.conversion_mapping import get_model_conversion_mapping
     from transformers.core_model_loading import convert_and_load_state_dict_in_model
@@ -320,11 +320,11 @@ def check_planned(request: dict) -> StructureResult:
 
 
 class StructureJob:
-    """:func:`check_planned` in the run's check child (:mod:`..check_child`, torch imported
+    """:func:`check_planned` in the run's check child (:mod:`.child`, torch imported
     once for both checks), asked before the copy starts; :meth:`result` waits for it."""
 
     def __init__(self, request: dict):
-        from ..check_child import CheckChild
+        from .child import CheckChild
 
         self.child = CheckChild.shared()
         self.sent = self.child.send(dict(request, op="structure"))
@@ -332,7 +332,7 @@ class StructureJob:
         self.cache_key = ""
 
     def result(self, limit: float | None = None, interrupt=None) -> StructureResult:
-        from ..check_child import LIMIT
+        from .child import LIMIT
 
         limit = LIMIT if limit is None else limit
         answer = self.child.receive(limit, interrupt) if self.sent else None

@@ -3,7 +3,7 @@
 ``mxtrim plan`` / ``trim`` check the plan against transformers (before any byte is written)
 and a real-weight trim checks the planned output's structure (while the script copies). Both
 import torch and transformers, seconds of work and a few hundred MB. They run in one child
-(``python -I -m mxtrim_tui.core.check_child``), started on the first check a run needs and
+(``python -I -m mxtrim_tui.core.checks.child``), started on the first check a run needs and
 kept for the next: requests and answers are JSON lines on its stdin / stdout. The child is in
 its own session (a terminal's Ctrl-C reaches mxtrim, which stops it), gets a parent-death
 signal where mxtrim can set one, and is stopped when mxtrim exits. Verdicts already
@@ -20,7 +20,7 @@ import sys
 import tempfile
 import time
 
-from .child_process import parent_death_signal
+from ..child_process import parent_death_signal
 
 LIMIT = 900.0  # seconds one check may take (the largest sources take well under a minute)
 
@@ -99,11 +99,11 @@ class CheckChild:
 
 def _answer(request: dict) -> dict:
     if request.get("op") == "plan":
-        from .plan.check_outcome import outcome_for_request
+        from .plan_outcome import outcome_for_request
 
         return outcome_for_request(request)
     if request.get("op") == "structure":
-        from .write.structure_check import check_planned
+        from .structure import check_planned
 
         return check_planned(request).to_json()
     return {"error": f"unknown request {request.get('op')!r}"}

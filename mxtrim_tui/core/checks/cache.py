@@ -24,7 +24,7 @@ from pathlib import Path
 
 ENV = "MXTRIM_CHECK_CACHE"
 KEEP = 512  # entries kept; older ones are removed when a new one is stored
-PACKAGE = Path(__file__).resolve().parent.parent  # mxtrim_tui/
+PACKAGE = Path(__file__).resolve().parents[2]  # mxtrim_tui/
 
 
 def enabled() -> bool:

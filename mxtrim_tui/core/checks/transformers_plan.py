@@ -29,36 +29,16 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
+from ..plan.check_result import EXACT, MISMATCH, NOT_CHECKED, TransformersCheck
 from ..units import index_ranges
-from ..checks.imports import import_torch_transformers, quiet_transformers as _quiet
+from .imports import import_torch_transformers, quiet_transformers as _quiet
 
-EXACT = "exact"
-MISMATCH = "mismatch"
-NOT_CHECKED = "not checked"
 
 # Scalar config fields that may decide which layers are dense / MoE / sliding...: the solver
 # searches these (names, not a family list: the unknown family's own vocabulary).
 SOLVABLE_FIELD = re.compile(r"dense|moe|sparse|expert|start|end|freq|step|interval|period|offset|pattern|first|last|every|layers|types", re.I)
 WIDEN_TRIES = 12  # prefixes tried when an automatic selection does not build exactly
 _VISIONISH = ("vision", "visual", "audio", "vit.", "image", "speech", "mtp")
-
-
-@dataclass(frozen=True)
-class TransformersCheck:
-    status: str  # EXACT | MISMATCH | NOT_CHECKED
-    summary: str
-    problems: tuple[str, ...] = ()
-    model_class: str | None = None
-    solved: tuple = ()  # (path tuple, before, after) edits found by the solver
-
-    def to_json(self) -> dict:
-        return {
-            "status": self.status,
-            "summary": self.summary,
-            "problems": list(self.problems),
-            "model_class": self.model_class,
-            "solved": [{"path": ".".join(map(str, p)), "before": b, "after": a} for p, b, a in self.solved],
-        }
 
 
 def _first_line(exc: BaseException) -> str:
@@ -434,14 +414,14 @@ def _loader_report(builder: Builder, cfg_dict: dict, shapes: dict[str, tuple], m
     """(missing, unexpected, mis-shaped) names when transformers' own loader (key conversions
     applied) loads tensors of these names and shapes into a model built from ``cfg_dict``
     (or into ``model``, already built from it)."""
-    from ..write.structure_check import _load_with_transformers
+    from .structure import load_with_transformers
 
     torch = builder.torch
     with _quiet():
         if model is None:
             _, model = builder.build(cfg_dict)
         feed = {n: torch.empty(s, dtype=torch.bfloat16, device="meta") for n, s in shapes.items()}
-        missing, unexpected, mismatched, _ = _load_with_transformers(model, feed)
+        missing, unexpected, mismatched, _ = load_with_transformers(model, feed)
     return set(missing), set(unexpected), {n for n, _, _ in mismatched}
 
 
@@ -493,7 +473,7 @@ def _compared_tensors(plan) -> tuple[dict, dict]:
     gets every tensor but those of dropped text layers; the output, what the plan writes.
     Neither gets MTP heads (transformers builds none) nor quantization scales / packed
     weights (the model is built unquantized)."""
-    from ..write.structure_check import _is_quant_side
+    from .structure import is_quant_side
 
     inv = plan.inventory
     mtp = inv.submodels.get("mtp")
@@ -503,7 +483,7 @@ def _compared_tensors(plan) -> tuple[dict, dict]:
     quantized = inv.quantization is not None
     source, output = {}, {}
     for t in inv.source.iter_tensors():
-        if t.name not in skip and not (quantized and _is_quant_side(t.name)):
+        if t.name not in skip and not (quantized and is_quant_side(t.name)):
             source[t.name] = tuple(t.shape)
     if inv.source.absent_shards and source:
         # Shards not on disk (a partial download): a tensor there takes the shape of a present
@@ -513,7 +493,7 @@ def _compared_tensors(plan) -> tuple[dict, dict]:
         for shard in inv.source.absent_shards.values():
             for name in shard.names:
                 shape = twin.get(_NUMBERS.sub("#", name))
-                if shape is not None and name not in skip and not (quantized and _is_quant_side(name)):
+                if shape is not None and name not in skip and not (quantized and is_quant_side(name)):
                     source[name] = shape
     for old, new in plan.renames:
         if old in source:
@@ -562,8 +542,8 @@ def with_solution(plan, solved, class_name: str):
     """The plan with the solver's edits added to its config rewrite."""
     import dataclasses
 
-    from .build import CONFIG, set_edit
-    from .config_edit import ConfigEdit, apply_edits, get_path
+    from ..plan.build import CONFIG, set_edit
+    from ..plan.config_edit import ConfigEdit, apply_edits, get_path
 
     edits = list(plan.edits)
     source = plan.inventory.source.config
@@ -581,7 +561,7 @@ def checked_plan(plan, *, force: bool = False):
     the stack that does (a prefix keeps every layer at its index and covers every kind)."""
     import dataclasses
 
-    from .build import Issue, Selection, build_plan
+    from ..plan.build import Issue, Selection, build_plan
 
     try:
         plan, check = check_plan(plan)
@@ -619,7 +599,7 @@ def _cover_every_signature(plan, check):
     distinguishes (module structure, per-layer config entries) that it does not cover yet."""
     import dataclasses
 
-    from .build import Issue, Selection, build_plan
+    from ..plan.build import Issue, Selection, build_plan
 
     signatures = layer_signatures(plan.inventory)
     if signatures is None:
@@ -654,7 +634,7 @@ def _mtp_choice(plan):
 
 def _nearest_fix(plan) -> str:
     """A selection near the asked one that builds exactly, as a --keep fix."""
-    from .build import Selection, build_plan
+    from ..plan.build import Selection, build_plan
 
     src = describe_source(plan.inventory)
     kept = plan.kept.get("text", [])

@@ -1,0 +1,94 @@
+"""The engine's folders follow the pipeline: each stage imports only the stages before it and
+the shared modules, so there is no upward arrow and no cycle between folders. Every import
+counts, those inside functions included."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+CORE = Path(__file__).resolve().parent.parent / "mxtrim_tui" / "core"
+# the pipeline, in order: a stage may import the ones before it
+STAGES = ["read", "model", "plan", "checks", "probe", "write", "validate"]
+# modules directly under core/, shared by every stage: they import no stage
+SHARED = {"errors", "units", "version", "interrupts", "child_process", "user_settings"}
+
+
+def _package(path: Path) -> list[str]:
+    """The dotted package a module file of core is in."""
+    return ["mxtrim_tui", *path.parent.relative_to(CORE.parent).parts]
+
+
+def _imports(text: str, package: list[str]) -> list[tuple[int, str]]:
+    """(line, absolute dotted module) of every import in ``text``, relative ones resolved."""
+    found = []
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else []
+            module = ".".join(base + ([node.module] if node.module else []))
+            # `from . import cache`: the names may be modules
+            found += [(node.lineno, module)] if node.module else [(node.lineno, f"{module}.{a.name}") for a in node.names]
+    return found
+
+
+def _unit(module: str) -> str | None:
+    """The stage folder or shared module of core a dotted module belongs to (None: outside core)."""
+    parts = module.split(".")
+    if parts[:2] != ["mxtrim_tui", "core"] or len(parts) < 3:
+        return None
+    return parts[2]
+
+
+def _arrows() -> list[tuple[str, str, str]]:
+    """(importing unit, imported unit, where) for every import between two units of core."""
+    arrows = []
+    for path in sorted(CORE.rglob("*.py")):
+        rel = path.relative_to(CORE)
+        own = rel.parts[0] if len(rel.parts) > 1 else rel.stem
+        for line, module in _imports(path.read_text(encoding="utf-8"), _package(path)):
+            target = _unit(module)
+            if target is not None and target != own:
+                arrows.append((own, target, f"core/{rel}:{line} imports {module}"))
+    return arrows
+
+
+def test_every_unit_of_core_is_a_stage_or_a_shared_module():
+    units = {p.name for p in CORE.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    units |= {p.stem for p in CORE.glob("*.py") if p.stem != "__init__"}
+    assert units == set(STAGES) | SHARED, units ^ (set(STAGES) | SHARED)
+
+
+def test_no_stage_imports_a_later_stage_and_shared_modules_import_no_stage():
+    upward = []
+    for own, target, where in _arrows():
+        if own in SHARED and target in STAGES:
+            upward.append(where)
+        elif own in STAGES and target in STAGES and STAGES.index(target) > STAGES.index(own):
+            upward.append(where)
+    assert upward == []
+
+
+def test_no_cycle_between_folders():
+    graph: dict[str, set[str]] = {}
+    for own, target, _ in _arrows():
+        graph.setdefault(own, set()).add(target)
+
+    def reaches(start: str, goal: str, seen: set[str]) -> bool:
+        for nxt in graph.get(start, ()):
+            if nxt == goal or (nxt not in seen and reaches(nxt, goal, seen | {nxt})):
+                return True
+        return False
+
+    assert [unit for unit in graph if reaches(unit, unit, {unit})] == []
+
+
+def test_the_arrows_are_read():
+    """The test sees relative, absolute and in-function imports (it would pass vacuously if it
+    read none)."""
+    arrows = {(own, target) for own, target, _ in _arrows()}
+    assert ("write", "plan") in arrows and ("plan", "model") in arrows and ("checks", "plan") in arrows
+    in_plan = ["mxtrim_tui", "core", "plan"]
+    sample = "import mxtrim_tui.core.read.source\ndef f():\n    from ..write import writer\n    from . import build\n"
+    assert [_unit(m) for _, m in _imports(sample, in_plan)] == ["read", "write", "plan"]
