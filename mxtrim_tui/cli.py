@@ -483,6 +483,7 @@ def _serve_options(args, out: Path, plan_doc: dict):
     from .core.user_settings import get_setting
     from .core.validate.devices import choose_devices
     from .core.validate.locate import SETTING, find_vllm_python
+    from .core.plan.budget import DEFAULT_GPU_MEMORY_UTILIZATION
     from .core.validate.serve import ServeOptions, cpu_attention_backend, cpu_serve_dtype
 
     # before anything starts: which interpreter holds vLLM (one line naming every place tried if none)
@@ -509,7 +510,7 @@ def _serve_options(args, out: Path, plan_doc: dict):
         refused=choice.refused,
         tp=tp,
         max_model_len=int(getattr(args, "max_model_len", None) or (256 if cpu else serve.get("max_model_len") or 4096)),
-        gpu_memory_utilization=None if cpu else float(serve.get("gpu_memory_utilization") or 0.8),
+        gpu_memory_utilization=None if cpu else float(serve.get("gpu_memory_utilization") or DEFAULT_GPU_MEMORY_UTILIZATION),
         kv_cache_memory_bytes=args.kv_cache_memory_bytes or (64 * 2**20 if cpu else None),
         dtype=cpu_serve_dtype(out) if cpu else None,
         attention_backend=cpu_attention_backend(out) if cpu else None,

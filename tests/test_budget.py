@@ -48,7 +48,8 @@ def test_vllm_arithmetic_and_advice_order(tmp_path):
     assert b.budget_bytes == int(24 * GiB * 0.9)
     assert b.available_kv_bytes == b.budget_bytes - b.weights_per_gpu - b.activation_bytes
     assert b.kv_tokens == b.available_kv_bytes // b.kv_per_token and b.fits
-    tight = compute_budget(plan, BudgetInputs(max_model_len=10**7, max_num_batched_tokens=8192, gpu_total_bytes=4 * GiB))
+    tight = compute_budget(plan, BudgetInputs(max_model_len=10**7, max_num_batched_tokens=8192, gpu_total_bytes=4 * GiB,
+                                              gpu_memory_utilization=0.9))
     assert tight.fits is False
     assert tight.advice[0].startswith("lower --max-model-len") and "never fewer experts" in tight.advice[-1]
     # without a GPU figure the advice names the flag the CLI takes (and the wizard's field)
@@ -98,7 +99,7 @@ def test_parse_budget_inputs_refuses_bad_counts(typed, message):
 @pytest.mark.parametrize("typed", ["7", "0", "", "nan", "inf", "-0.5", "1e400", "０.５"])
 def test_parse_budget_inputs_refuses_bad_utilization(typed):
     inputs, errors = parse_budget_inputs({"gpu_memory_utilization": typed}, BudgetInputs())
-    assert set(errors) == {"gpu_memory_utilization"} and inputs.gpu_memory_utilization == 0.9
+    assert set(errors) == {"gpu_memory_utilization"} and inputs.gpu_memory_utilization == BudgetInputs().gpu_memory_utilization == 0.8
 
 
 @pytest.mark.parametrize("typed", ["0", "-8", "nan", "1e400", "lots"])

@@ -1,13 +1,15 @@
-"""Child processes that end with their parent: shared by the extraction script's runner and
-the vLLM server runner."""
+"""Child processes: that end with their parent (shared by the extraction script's runner and
+the vLLM server runner), and how every child mxtrim starts is stopped (:func:`stop_group`)."""
 
 from __future__ import annotations
 
 import ctypes
 import os
 import signal
+import subprocess
 import sys
 import threading
+import time
 
 
 def parent_death_signal(sig: signal.Signals = signal.SIGTERM):
@@ -31,3 +33,58 @@ def parent_death_signal(sig: signal.Signals = signal.SIGTERM):
             os.kill(os.getpid(), sig)
 
     return preexec
+
+
+KILL_WAIT = 10.0  # seconds a SIGKILLed group is waited for
+
+
+def stop_group(pid: int, steps=((signal.SIGTERM, 5.0),), *, exited, hurry=lambda: False, also=None) -> str | None:
+    """Stop the process group ``pid`` leads (every child mxtrim starts leads its own session):
+    each ``(signal, seconds)`` of ``steps`` in turn while it runs, then SIGKILL. ``exited(seconds,
+    hurry)`` waits up to that long, giving up early once ``hurry()`` is true, and says whether
+    it has exited; with ``hurry()`` true the steps before SIGKILL are skipped. ``also(sig)``
+    signals what the group does not hold (a recorded server's processes). Returns the name of
+    the last signal sent (None: it had exited already). Used by every child: the trim the
+    wizard runs, the extraction script, the vLLM server, a leftover server."""
+    never = lambda: False  # noqa: E731 - the SIGKILL wait is not cut short
+    used = None
+    for sig, seconds in (*steps, (signal.SIGKILL, KILL_WAIT)):
+        if exited(0, never):
+            break
+        if sig != signal.SIGKILL and hurry():
+            continue
+        used = sig.name
+        try:
+            os.killpg(pid, sig)
+        except ProcessLookupError:
+            break
+        except PermissionError:  # not ours to signal as a group: the leader alone
+            try:
+                os.kill(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+        if also is not None:
+            also(sig)
+        if exited(seconds, hurry if sig != signal.SIGKILL else never):
+            break
+    return used
+
+
+def popen_exited(proc):
+    """``exited(seconds, hurry)`` for :func:`stop_group` of a ``subprocess.Popen``."""
+
+    def exited(seconds: float, hurry) -> bool:
+        deadline = time.monotonic() + seconds
+        while True:
+            if proc.poll() is not None:
+                return True
+            left = deadline - time.monotonic()
+            if left <= 0 or hurry():
+                return False
+            try:
+                proc.wait(timeout=min(0.2, left))
+                return True
+            except subprocess.TimeoutExpired:
+                continue
+
+    return exited

@@ -38,7 +38,7 @@ class BudgetInputs:
     max_model_len: int = 4096
     max_num_seqs: int = 1
     max_num_batched_tokens: int | None = None
-    gpu_memory_utilization: float = 0.9
+    gpu_memory_utilization: float = 0.8  # DEFAULT_GPU_MEMORY_UTILIZATION: what mxtrim's serve commands pass
     gpu_total_bytes: int | None = None
     kv_cache_dtype: str = "auto"  # vLLM's --kv-cache-dtype: auto (the model's dtype), fp8, fp8_e4m3, ...
     dp: int = 1
@@ -52,8 +52,10 @@ class BudgetInputs:
 
 
 GiB = 1 << 30
-# The utilisation the report's serve command and the budget assume unless told otherwise.
+# The utilisation the report's serve command, validation's server and the budget assume unless
+# told otherwise (BudgetInputs' default); vLLM's own, for a server started without the flag.
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.8
+VLLM_GPU_MEMORY_UTILIZATION = 0.9
 COUNT_FIELDS = ("tp", "pp", "dp", "max_model_len", "max_num_seqs", "max_num_batched_tokens")
 KV_CACHE_DTYPES = ("auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_ds_mla")
 _DECIMAL = re.compile(r"([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][-+]?[0-9]+)?")

@@ -26,6 +26,8 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from ..child_process import stop_group
+
 SCHEMA = "mxtrim.server/1"
 TIME_TOLERANCE = 0.05  # seconds: psutil's create_time of one process, read twice, is the same
 
@@ -206,22 +208,18 @@ def stop(leftover: Leftover, grace: float = 5.0) -> list[int]:
     none)."""
     import psutil
 
-    def signal_all(sig) -> None:
-        try:
-            os.killpg(leftover.record.pgid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
+    def signal_each(sig) -> None:
         for proc in leftover.processes:  # the same processes, identity checked by psutil
             try:
                 proc.send_signal(sig)
             except psutil.Error:
                 pass
 
-    signal_all(signal.SIGTERM)
-    _gone, alive = psutil.wait_procs(leftover.processes, timeout=grace)
-    if alive:
-        signal_all(signal.SIGKILL)
-        _gone, alive = psutil.wait_procs(alive, timeout=5.0)
+    def exited(seconds: float, hurry) -> bool:
+        return not psutil.wait_procs(leftover.processes, timeout=seconds)[1]
+
+    stop_group(leftover.record.pgid, ((signal.SIGTERM, grace),), exited=exited, also=signal_each)
+    alive = psutil.wait_procs(leftover.processes, timeout=0)[1]
     # children the group gained meanwhile (a server that forks while it is told to stop)
     deadline = time.monotonic() + 2.0
     rest = members(leftover.record)

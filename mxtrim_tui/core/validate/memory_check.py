@@ -22,7 +22,7 @@ WITHIN = 0.10  # a prediction within 10 % of the logged figure agrees
 def predict(out: Path, opts, gpu_total_bytes: int | None = None) -> dict:
     """What the budget predicts for ``out`` served with ``opts`` (a ServeOptions)."""
     from ..model.inventory import build_inventory
-    from ..plan.budget import BudgetInputs, compute_budget
+    from ..plan.budget import VLLM_GPU_MEMORY_UTILIZATION, BudgetInputs, compute_budget
     from ..plan.build import Selection, build_plan
     from ..read.source import open_source
 
@@ -33,7 +33,7 @@ def predict(out: Path, opts, gpu_total_bytes: int | None = None) -> dict:
     weights = source_weights(out, opts) if not inv.source.shards else None
     inputs = BudgetInputs(tp=opts.tp, pp=opts.pp, max_model_len=opts.max_model_len, max_num_seqs=opts.max_num_seqs,
                           max_num_batched_tokens=batched_tokens(opts),
-                          gpu_memory_utilization=opts.gpu_memory_utilization or 0.9, gpu_total_bytes=gpu_total_bytes,
+                          gpu_memory_utilization=opts.gpu_memory_utilization or VLLM_GPU_MEMORY_UTILIZATION, gpu_total_bytes=gpu_total_bytes,
                           kv_cache_dtype=opts.dtype if opts.dtype == "float32" else "auto")
     b = compute_budget(plan, inputs)
     available = opts.kv_cache_memory_bytes if opts.kv_cache_memory_bytes is not None else b.available_kv_bytes

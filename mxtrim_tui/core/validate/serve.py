@@ -23,7 +23,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..child_process import parent_death_signal
+from ..child_process import parent_death_signal, popen_exited, stop_group
 from . import leftovers
 from .http import get
 
@@ -309,24 +309,8 @@ class Server:
 
     def _stop(self, grace: tuple[float, float]) -> ServerExit:
         self.stop_requested = True
-        used = None
-        for sig, wait in ((signal.SIGINT, grace[0]), (signal.SIGTERM, grace[1]), (signal.SIGKILL, 10.0)):
-            if self.proc.poll() is not None:
-                break
-            if self.hurry and sig != signal.SIGKILL:
-                continue
-            used = sig.name
-            try:
-                os.killpg(self.proc.pid, sig)
-            except ProcessLookupError:
-                break
-            deadline = time.monotonic() + wait
-            while time.monotonic() < deadline and not (self.hurry and sig != signal.SIGKILL):
-                try:
-                    self.proc.wait(timeout=min(0.2, max(0.01, deadline - time.monotonic())))
-                    break
-                except subprocess.TimeoutExpired:
-                    continue
+        used = stop_group(self.proc.pid, ((signal.SIGINT, grace[0]), (signal.SIGTERM, grace[1])),
+                          exited=popen_exited(self.proc), hurry=lambda: self.hurry)
         # vLLM's engine process may still be shutting down when the API server has exited:
         # give the group the same grace, then kill what is left; never leave a server behind
         stragglers = self._drain_group(0.0 if self.hurry else grace[0])

@@ -49,7 +49,7 @@ from ..plan.needed_shards import weights_blocker
 from .report import render_report
 from ..read.safetensors_io import read_header
 from ..read.source import INDEX_NAME, ModelSource, open_source
-from ..child_process import parent_death_signal
+from ..child_process import parent_death_signal, popen_exited, stop_group
 from .leftovers import remove_leftovers, signals_held
 from ..checks.structure import StructureJob, StructureResult, not_checked, planned_request
 from .verify_stream import DEFAULT_HASH, OutputFollower, SourceSnapshot, VerifyFailed, hash_range
@@ -246,16 +246,8 @@ def run_extraction_script(script: Path, source: Path, out: Path, emit, cancel=No
 
 
 def stop_process(proc: subprocess.Popen) -> None:
-    if proc.poll() is not None:
-        return
-    try:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=SCRIPT_STOP_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-    except ProcessLookupError:  # pragma: no cover - exited in between
-        pass
+    """The script removes its partial output on SIGTERM: given SCRIPT_STOP_TIMEOUT, then killed."""
+    stop_group(proc.pid, ((signal.SIGTERM, SCRIPT_STOP_TIMEOUT),), exited=popen_exited(proc))
 
 
 # --- verification ---------------------------------------------------------------------------

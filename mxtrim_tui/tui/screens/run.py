@@ -21,6 +21,7 @@ from textual.containers import Vertical, VerticalScroll
 from textual.message import Message
 from textual.widgets import Label, ProgressBar, RichLog, Static
 
+from ...core.child_process import popen_exited, stop_group
 from ...core.units import human_bytes
 from .base import WizardScreen
 
@@ -461,20 +462,7 @@ class ValidationView:
 
 def terminate(proc: subprocess.Popen, grace: float = 5.0) -> None:
     """SIGTERM the child's process group (it cleans up), SIGKILL if it does not exit."""
-    if proc.poll() is not None:
-        return
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-    except (ProcessLookupError, PermissionError):
-        proc.terminate()
-    try:
-        proc.wait(timeout=grace)
-    except subprocess.TimeoutExpired:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait()
+    stop_group(proc.pid, ((signal.SIGTERM, grace),), exited=popen_exited(proc))
 
 
 def trim_argv(plan_file, out) -> list[str]:
