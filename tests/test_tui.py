@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -334,3 +337,30 @@ async def test_budget_with_a_gpu_reading(tmp_path):
         assert row[1] == "NVIDIA H200" and "python[455]" in row[4]
         view = plain(app.screen.query_one("#budget-view"))
         assert "KV tokens" in view and "max concurrency" in view and "not available" not in view
+
+
+def test_the_wizard_checks_its_plan_in_the_check_child_not_in_its_own_process(tmp_path):
+    """As the CLI does: torch and transformers are imported by the check child; the wizard's
+    process (the UI) never holds them, yet its plan gets transformers' verdict."""
+    code = f"""
+import asyncio, sys
+sys.path.insert(0, {str(Path(__file__).parent)!r})
+from mxtrim_tui.demo.build import build_demo
+from tui_support import make_app, plan_checked, wait_for
+from pathlib import Path
+
+async def main():
+    app, _ = make_app(Path({str(tmp_path)!r}), build_demo(Path({str(tmp_path)!r}) / "demo"))
+    async with app.run_test(size=(100, 30)) as pilot:
+        assert await wait_for(pilot, lambda: plan_checked(app), timeout=120)
+        print(app.state.plan.transformers_check.status)
+        print(",".join(m for m in ("torch", "transformers") if m in sys.modules) or "-")
+
+asyncio.run(main())
+"""
+    # a cache of its own: a verdict remembered by another test would skip the check
+    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "cache"))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    status, loaded = out.stdout.split()
+    assert status == "exact" and loaded == "-"

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 import pytest
 from textual.widgets import DataTable, Input
@@ -386,9 +385,8 @@ async def test_counts_agree_with_what_is_listed_and_written(tmp_path, demo):
         # the size shown before writing is what is written, README and plan included
         await goto(app, pilot, "output")
         await replace_text(app, pilot, "#out-path", "sized")
-        from mxtrim_tui.tui.screens.budget import output_bytes
 
-        estimate = output_bytes(app.state)
+        estimate = app.state.output_bytes()
         await write_and_wait(app, pilot)
     written = sum(p.stat().st_size for p in (ws / "sized").rglob("*") if p.is_file())
     assert abs(estimate - written) <= 8  # the README's timestamp may turn a minute in between

@@ -120,6 +120,8 @@ def test_run_screen_after_a_dummy_trim(snap_compare, make_app, size, monkeypatch
     from mxtrim_tui.tui.screens import run as run_screen
 
     monkeypatch.setattr(run_screen, "clock", lambda: 100.0)
+    # the plan file the write runs (its path is the log's first line): a fixed folder
+    monkeypatch.setenv("XDG_STATE_HOME", str(FIXTURES / "state"))
 
     async def run_before(pilot):
         app = pilot.app

@@ -32,7 +32,8 @@ from .screens.base import STEPS, HelpScreen, WizardScreen
 from .screens.budget import BudgetScreen
 from .screens.inventory import InventoryScreen
 from .screens.output import OutputScreen
-from .screens.run import RunScreen, terminate, trim_argv
+from .screens.run import RunScreen
+from .children import terminate, trim_argv
 from .screens.selection import SelectionScreen
 from .screens.source import SourceScreen
 from .keymap import binding_scopes, check_keymap
@@ -276,13 +277,21 @@ class MxtrimApp(App):
         # against transformers next, in its own worker)
         return path, inv, build_plan(inv, Selection({}, None))
 
-    # --- the plan checked against transformers (thread worker) ---------------------------
-    @work(thread=True, exclusive=True, group="check", exit_on_error=False)
+    # --- the plan checked against transformers (thread worker, check child) --------------
     def check_plan(self, plan) -> None:
-        """Check ``plan`` as `mxtrim trim` will; the result replaces it if still current."""
+        """Check ``plan`` (the current one) as `mxtrim trim` will: in the check child, as the
+        CLI does (torch never enters the wizard's process); the result replaces the plan if it
+        is still current, and is remembered for the trim's own check."""
+        st = self.state
+        keep = st.keep_specs()
+        request = {"source": str(plan.inventory.source.root), "keep": list(keep) if keep else None, "mtp": st.mtp_choice()}
+        self._check_plan(plan, request)
+
+    @work(thread=True, exclusive=True, group="check", exit_on_error=False)
+    def _check_plan(self, plan, request: dict) -> None:
         from ..core.checks.plan_outcome import checked_plan_cached
 
-        checked = checked_plan_cached(plan)  # here on a miss; remembered for the trim's own check
+        checked = checked_plan_cached(plan, request=request)
         self.call_from_thread(self._plan_checked, plan, checked)
 
     def _plan_checked(self, plan, checked) -> None:
@@ -340,9 +349,7 @@ class MxtrimApp(App):
         if blocker:
             self.show_error("Real weights cannot be written", blocker)
             return
-        from .screens.output import location_problem
-
-        problem = location_problem(st)
+        problem = st.location_problem()
         if problem:
             self.show_error("Cannot write there", problem)
             return

@@ -6,11 +6,12 @@ would win and the remapped action would silently vanish)."""
 from __future__ import annotations
 
 import json
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from textual.app import App
 from textual.binding import Binding
+from textual.keys import ASCII_KEY_NAMES, KEY_NAME_REPLACEMENTS
 
 # Keys Textual itself answers to everywhere (command palette, focus moves, copy).
 BUILTIN_KEYS = {"ctrl+p": "command palette", "tab": "next field", "shift+tab": "previous field", "ctrl+c": "copy"}
@@ -23,8 +24,21 @@ class KeymapCheck:
     problems: list[str] = field(default_factory=list)
 
 
+def _key_name(key: str) -> str:
+    """A key as Textual names it in bindings: one punctuation character by its Unicode name
+    ("?" is question_mark), modifiers and named keys as written."""
+    key = key.strip()
+    if len(key) == 1 and not key.isalnum():
+        try:
+            name = unicodedata.name(key).lower().replace(" ", "_").replace("-", "_")
+        except ValueError:
+            return ASCII_KEY_NAMES.get(key, key)
+        return KEY_NAME_REPLACEMENTS.get(name, name)  # textual.keys' public tables
+    return key
+
+
 def _keys(spec: str) -> list[str]:
-    return [k for k in App._normalize_keymap({"_": spec})["_"].split(",") if k]
+    return [_key_name(k) for k in spec.split(",") if k.strip()]
 
 
 def binding_scopes(app_bindings, step_bindings, screens: dict[str, list]) -> dict[str, list[Binding]]:

@@ -64,6 +64,40 @@ class WizardState:
             self._estimate = (self.plan, estimate_output(self.plan))
         return self._estimate[1]
 
+    def writes_weights(self) -> bool:
+        """Real weights are chosen and can be written (every shard they need is on disk)."""
+        return self.mode == "weights" and self.weights_blocker() is None
+
+    def output_bytes(self) -> int:
+        """Exact: for real weights the extraction layout (shard headers and all); for dummy
+        outputs, and while real weights are blocked, every file a dummy output writes."""
+        return self.disk_estimate().total if self.writes_weights() else self.dummy_estimate()
+
+    def location_problem(self) -> str | None:
+        """Why the chosen output directory cannot be written (one line), or None. The same check
+        `mxtrim trim` makes before writing anything."""
+        from ..core.errors import InputError
+        from ..core.write.writer import check_output_location
+
+        try:
+            check_output_location(self.output_path, self.plan.inventory.source.root, self.output_bytes())
+        except InputError as exc:
+            return str(exc)
+        return None
+
+    def dummy_estimate(self) -> int:
+        """Every byte a dummy output of the current plan writes, README.md and mxtrim-plan.json
+        included (rendered as the writer renders them), computed once per plan, output path and
+        serve settings."""
+        from ..core.write.writer import estimate_dummy_bytes
+
+        serve = self.budget_inputs if self.budget_chosen else None
+        out = self.output_path
+        cached = self._dummy_estimate
+        if cached is None or cached[0] is not self.plan or cached[1:3] != (out, serve):
+            cached = self._dummy_estimate = (self.plan, out, serve, estimate_dummy_bytes(self.plan, out, serve))
+        return cached[3]
+
     def _shards(self, plan: TrimPlan) -> tuple:
         """(plan, the shards a real-weight trim of it reads, why real weights cannot be written
         or None), computed once per plan (the output screen asks on every keystroke)."""

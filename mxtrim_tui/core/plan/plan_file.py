@@ -12,10 +12,10 @@ is rebuilt from the source and the selection, so a plan file cannot smuggle in a
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -75,7 +75,7 @@ def save_plan_document(doc: dict, path: Path) -> None:
     if not path.parent.is_dir():
         raise InputError(path.parent, "directory not found")
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+    tmp.write_text(_text(doc), encoding="utf-8")
     try:
         os.link(tmp, path)  # fails if the name appeared meanwhile: nothing is overwritten
     except FileExistsError:
@@ -85,18 +85,28 @@ def save_plan_document(doc: dict, path: Path) -> None:
 
 
 def keep_plan_file(request: TrimRequest, plan) -> Path:
-    """Save the plan file of a wizard write under ``$XDG_STATE_HOME/mxtrim/plans/`` (one per
-    write, named after the model, the mode and the time) and return its path."""
+    """Save the plan file of a wizard write under ``$XDG_STATE_HOME/mxtrim/plans/`` and return
+    its path. Named after the model, the mode and the digest of its text: the same write asked
+    again reuses the same file, another one never touches it."""
     from ..user_settings import state_dir
     from .plan_json import plan_to_json
 
+    doc = plan_document(request, plan.inventory.source, plan_to_json(plan))
+    digest = hashlib.sha256(_text(doc).encode("utf-8")).hexdigest()[:12]
     folder = state_dir() / "plans"
     folder.mkdir(parents=True, exist_ok=True)
-    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
     name = re.sub(r"[^A-Za-z0-9._-]+", "-", plan.inventory.model_name).strip("-") or "model"
-    path = folder / f"{name}-{request.mode}-{stamp}-{os.getpid()}.json"
-    save_plan_document(plan_document(request, plan.inventory.source, plan_to_json(plan)), path)
+    path = folder / f"{name}-{request.mode}-{digest}.json"
+    try:
+        save_plan_document(doc, path)
+    except InputError:
+        if not (path.is_file() and path.read_text(encoding="utf-8") == _text(doc)):
+            raise
     return path
+
+
+def _text(doc: dict) -> str:
+    return json.dumps(doc, indent=2) + "\n"
 
 
 def load_plan_document(path: Path) -> tuple[TrimRequest, dict]:

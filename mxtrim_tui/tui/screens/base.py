@@ -124,9 +124,6 @@ class HelpScreen(ModalScreen[None]):
 
 
 def _all_bindings(screen: Screen):
-    """The screen's bindings, then the app's (Textual keeps them in BindingsMap objects)."""
-    out = []
-    for source in (screen._bindings, screen.app._bindings):
-        for _key, bindings in source.key_to_bindings.items():
-            out.extend(bindings)
-    return out
+    """The screen's and the app's bindings in force (remapped keys included), not those of the
+    focused widget (a table's cursor keys)."""
+    return [active.binding for active in screen.active_bindings.values() if active.node in (screen, screen.app)]

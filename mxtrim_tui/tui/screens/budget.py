@@ -29,29 +29,6 @@ def bar(used: int, total: int, width: int = 30) -> Text:
     return text
 
 
-def writes_weights(state) -> bool:
-    """Real weights are chosen and can be written (every shard they need is on disk)."""
-    return state.mode == "weights" and state.weights_blocker() is None
-
-
-def output_bytes(state) -> int:
-    """Exact: for real weights the extraction layout (shard headers and all); for dummy
-    outputs, and while real weights are blocked, every file a dummy output writes, README.md
-    and mxtrim-plan.json included (rendered as the writer renders them; computed once per
-    plan, path, mode and serve settings)."""
-    plan = state.plan
-    if writes_weights(state):
-        return state.disk_estimate().total
-    from ...core.write.writer import estimate_dummy_bytes
-
-    serve = state.budget_inputs if state.budget_chosen else None
-    out = state.output_path
-    cached = state._dummy_estimate
-    if cached is None or cached[0] is not plan or cached[1:3] != (out, serve):
-        cached = state._dummy_estimate = (plan, out, serve, estimate_dummy_bytes(plan, out, serve))
-    return cached[3]
-
-
 class BudgetScreen(WizardScreen):
     STEP = "budget"
     HELP = (
@@ -157,11 +134,11 @@ class BudgetScreen(WizardScreen):
         st = self.app.state
         probe_dir = existing_ancestor(st.output_path)
         free = self.app.disk_usage(probe_dir).free
-        need = output_bytes(st)
+        need = st.output_bytes()
         t = Table.grid(padding=(0, 1))
         t.add_column(style="bold")
         t.add_column()
-        mode = "weights" if writes_weights(st) else "dummy"
+        mode = "weights" if st.writes_weights() else "dummy"
         t.add_row("disk", f"{mode} output {human_bytes(need)} ({need:,} B); free {human_bytes(free)} at {probe_dir}")
         t.add_row("", bar(need, free))
         if st.mode == "weights" and mode == "dummy":

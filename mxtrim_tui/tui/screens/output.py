@@ -10,26 +10,13 @@ from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.widgets import Input, Label, RadioButton, RadioSet, Static
 
-from ...core.errors import InputError
 from ...core.plan.needed_shards import missing_shards
 from ...core.units import human_bytes
 from ...core.plan.layout import asset_files
-from ...core.write.writer import check_output_location
 from .base import WizardScreen
-from .budget import output_bytes
 
 WEIGHTS_LABEL = "[w] Real weights (byte-exact shards + extraction script)"
 DUMMY_LABEL = "[d] Dummy (config + tokenizer, --load-format dummy)"
-
-
-def location_problem(state) -> str | None:
-    """Why the chosen output directory cannot be written (one line), or None. The same check
-    `mxtrim trim` makes before writing anything."""
-    try:
-        check_output_location(state.output_path, state.plan.inventory.source.root, output_bytes(state))
-    except InputError as exc:
-        return str(exc)
-    return None
 
 
 class OutputScreen(WizardScreen):
@@ -98,7 +85,7 @@ class OutputScreen(WizardScreen):
         t = Table.grid(padding=(0, 1))
         t.add_column(style="bold", no_wrap=True)
         t.add_column(overflow="fold")  # paths and reasons wrap, never cut
-        problem = location_problem(st)
+        problem = st.location_problem()
         if problem:
             t.add_row(Text("writes to", style="bold red"), Text(f"✗ {problem}", style="bold red"))
         else:
@@ -122,7 +109,7 @@ class OutputScreen(WizardScreen):
                 t.add_row("", Text(f"{est.shards} shard(s): " + est.breakdown(), style="dim"))
         else:
             t.add_row("weights", "none (dummy load allocates random parameters)")
-            t.add_row("size", f"{human_bytes(output_bytes(st))} (README.md and mxtrim-plan.json included)")
+            t.add_row("size", f"{human_bytes(st.output_bytes())} (README.md and mxtrim-plan.json included)")
         if blocker:  # chosen, the write is blocked; else why it is not offered
             if st.mode == "weights":
                 t.add_row(Text("blocked", style="bold red"), Text(blocker, style="red"))

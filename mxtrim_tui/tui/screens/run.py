@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import signal
 import subprocess
 import sys
 import threading
@@ -21,7 +20,6 @@ from textual.containers import Vertical, VerticalScroll
 from textual.message import Message
 from textual.widgets import Label, ProgressBar, RichLog, Static
 
-from ...core.child_process import popen_exited, stop_group
 from ...core.units import human_bytes
 from .base import WizardScreen
 
@@ -458,13 +456,3 @@ class ValidationView:
         extra = " · loadable by this vLLM" if doc.get("loadable") else ""
         extra += f" · {', '.join(differs)}: see below" if differs else ""
         return Text(f"✓ validated with {doc.get('python', '?')}: {passed} checks passed, {unverified} unverified{extra}", style="bold green")
-
-
-def terminate(proc: subprocess.Popen, grace: float = 5.0) -> None:
-    """SIGTERM the child's process group (it cleans up), SIGKILL if it does not exit."""
-    stop_group(proc.pid, ((signal.SIGTERM, grace),), exited=popen_exited(proc))
-
-
-def trim_argv(plan_file, out) -> list[str]:
-    """`mxtrim trim --plan FILE`: the wizard's write runs the plan file it saved."""
-    return [sys.executable, "-m", "mxtrim_tui", "trim", "--plan", str(plan_file), "--out", str(out), "--progress", "--json"]
