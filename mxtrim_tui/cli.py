@@ -50,6 +50,45 @@ def validation_args(sp) -> None:
     sp.add_argument("--trust-remote-code", action="store_true", help="allow code from the output directory (auto_map) to run")
 
 
+def _selection_args(sp) -> None:
+    """SRC, the selection and the serve settings: what `plan` and `trim` share."""
+    sp.add_argument("source", metavar="SRC", nargs="?", help="Hugging Face-layout model directory")
+    sp.add_argument(
+        "--keep",
+        action="append",
+        metavar="SPEC",
+        help="layers to keep, [SUBMODEL=]i,j,a-b in original indices (default submodel: text; "
+        "repeatable; 'auto' = minimal covering set). No --keep: automatic.",
+    )
+    mtp = sp.add_mutually_exclusive_group()
+    mtp.add_argument("--mtp", dest="mtp", action="store_true", default=None, help="keep MTP / draft heads (default when present)")
+    mtp.add_argument("--no-mtp", dest="mtp", action="store_false", help="drop MTP / draft heads")
+    sp.add_argument("--json", action="store_true", help="print the plan as JSON (schema mxtrim.plan/1)")
+    sp.add_argument(
+        "--force",
+        action="store_true",
+        help="write even when transformers builds other layers from the output config than the kept ones "
+        "(the report says so)",
+    )
+    sp.add_argument("--repo", metavar="OWNER/NAME",
+                    help="the Hub repository of the source, for the download command of missing shards "
+                    "(default: config.json's _name_or_path when it is one)")
+    sp.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    serve = sp.add_argument_group("serve settings", "written into the report's vllm serve command; checked against the model")
+    serve.add_argument("--tp", metavar="N", help="tensor-parallel size (must divide the attention heads)")
+    serve.add_argument("--pp", metavar="N", help="pipeline-parallel size (at most the kept text layers)")
+    serve.add_argument("--dp", metavar="N", help="data-parallel size (with --ep: experts spread over TP × DP ranks)")
+    serve.add_argument("--ep", "--enable-expert-parallel", dest="expert_parallel", action="store_true", default=None,
+                       help="expert parallelism: whole experts over TP × DP ranks instead of splitting each")
+    serve.add_argument("--max-model-len", metavar="N", help="context length")
+    serve.add_argument("--max-num-seqs", metavar="N", help="concurrent sequences")
+    serve.add_argument("--max-num-batched-tokens", metavar="N", help="tokens per scheduler step (default: the context length)")
+    serve.add_argument("--gpu-memory-utilization", metavar="F", help="fraction of GPU memory vLLM may use, in (0, 1]")
+    serve.add_argument("--kv-cache-dtype", metavar="DTYPE", help="auto (the model's dtype), fp8, fp8_e4m3, fp8_e5m2, ...")
+    serve.add_argument("--gpu-memory", dest="gpu_gib", metavar="GIB",
+                       help="memory of one GPU for the budget (default: the first visible GPU, when one is)")
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="mxtrim",
@@ -64,45 +103,8 @@ def _parser() -> argparse.ArgumentParser:
     ins.add_argument("--tensors", action="store_true", help="with --json: list every tensor name per layer/part")
     ins.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
 
-    def selection_args(sp):
-        sp.add_argument("source", metavar="SRC", nargs="?", help="Hugging Face-layout model directory")
-        sp.add_argument(
-            "--keep",
-            action="append",
-            metavar="SPEC",
-            help="layers to keep, [SUBMODEL=]i,j,a-b in original indices (default submodel: text; "
-            "repeatable; 'auto' = minimal covering set). No --keep: automatic.",
-        )
-        mtp = sp.add_mutually_exclusive_group()
-        mtp.add_argument("--mtp", dest="mtp", action="store_true", default=None, help="keep MTP / draft heads (default when present)")
-        mtp.add_argument("--no-mtp", dest="mtp", action="store_false", help="drop MTP / draft heads")
-        sp.add_argument("--json", action="store_true", help="print the plan as JSON (schema mxtrim.plan/1)")
-        sp.add_argument(
-            "--force",
-            action="store_true",
-            help="write even when transformers builds other layers from the output config than the kept ones "
-            "(the report says so)",
-        )
-        sp.add_argument("--repo", metavar="OWNER/NAME",
-                        help="the Hub repository of the source, for the download command of missing shards "
-                        "(default: config.json's _name_or_path when it is one)")
-        sp.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
-        serve = sp.add_argument_group("serve settings", "written into the report's vllm serve command; checked against the model")
-        serve.add_argument("--tp", metavar="N", help="tensor-parallel size (must divide the attention heads)")
-        serve.add_argument("--pp", metavar="N", help="pipeline-parallel size (at most the kept text layers)")
-        serve.add_argument("--dp", metavar="N", help="data-parallel size (with --ep: experts spread over TP × DP ranks)")
-        serve.add_argument("--ep", "--enable-expert-parallel", dest="expert_parallel", action="store_true", default=None,
-                           help="expert parallelism: whole experts over TP × DP ranks instead of splitting each")
-        serve.add_argument("--max-model-len", metavar="N", help="context length")
-        serve.add_argument("--max-num-seqs", metavar="N", help="concurrent sequences")
-        serve.add_argument("--max-num-batched-tokens", metavar="N", help="tokens per scheduler step (default: the context length)")
-        serve.add_argument("--gpu-memory-utilization", metavar="F", help="fraction of GPU memory vLLM may use, in (0, 1]")
-        serve.add_argument("--kv-cache-dtype", metavar="DTYPE", help="auto (the model's dtype), fp8, fp8_e4m3, fp8_e5m2, ...")
-        serve.add_argument("--gpu-memory", dest="gpu_gib", metavar="GIB",
-                           help="memory of one GPU for the budget (default: the first visible GPU, when one is)")
-
     pl = sub.add_parser("plan", help="show what a trim would do; writes nothing but the plan file asked for (--save)")
-    selection_args(pl)
+    _selection_args(pl)
     pl.add_argument("--save", type=Path, metavar="FILE",
                     help="write the plan file (schema mxtrim.plan-file/1: source pinned, selection, serve settings, "
                     "mode, output) for mxtrim trim --plan FILE; never over an existing file")
@@ -112,8 +114,15 @@ def _parser() -> argparse.ArgumentParser:
     pl.add_argument("--fetch-list", action="store_true",
                     help="print only the source shards a real-weight trim reads, one file name per line")
 
+    _add_trim(sub)
+
+    _add_others(sub)
+    return p
+
+
+def _add_trim(sub) -> None:
     tr = sub.add_parser("trim", help="write a trimmed output directory")
-    selection_args(tr)
+    _selection_args(tr)
     tr.add_argument("--plan", type=Path, metavar="FILE",
                     help="run the plan file FILE (mxtrim plan ... --save): its source (refused if it changed), selection, "
                     "serve settings, mode and output; SRC, --keep, --mtp and the serve settings are not given then")
@@ -138,6 +147,9 @@ def _parser() -> argparse.ArgumentParser:
         help="root for the default output tools/batched_test/models/<model>-<mode>-<N>layers (default: .)",
     )
 
+
+def _add_others(sub) -> None:
+    """validate, leftovers, tui and demo."""
     va = sub.add_parser("validate", help="prove an output: offline loads, then (--serve) a real vllm serve with requests")
     va.add_argument("output", metavar="OUT", help="a directory written by mxtrim trim")
     validation_args(va)
@@ -157,7 +169,6 @@ def _parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser("demo", help="build the bundled demo model (if needed) and print its path")
     demo.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
-    return p
 
 
 def cmd_inspect(args) -> int:

@@ -37,6 +37,49 @@ def layer_strip(inv: Inventory, submodel: str, width: int = 64, indent: str = ""
     return text
 
 
+def _groups_table(inv: Inventory) -> Table:
+    """The layer types: one row per group of equal signature."""
+    groups = Table(title="Layer types (groups of equal signature)", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    for col, just in (("", "left"), ("kind", "left"), ("weights", "left"), ("n", "right"), ("layers", "left"), ("bytes", "right")):
+        groups.add_column(col, justify=just, overflow="fold")
+    for g in inv.groups:
+        k = g.kind
+        mlp = k.mlp_label
+        kind = Text.assemble((f"{g.submodel}: ", "dim"), f"{k.attention} · {mlp}")
+        if k.special:
+            kind.append("\n+ " + ", ".join(k.special), style="dim")
+        groups.add_row(
+            Text(g.symbol, style=f"bold {group_style(g.id)}"),
+            kind,
+            ("/".join(k.weight_dtypes) or "—") + ("" if g.bytes_known or not k.weight_dtypes else " [dim](estimated)[/]"),
+            str(len(g.layers)),
+            index_ranges(g.layers),
+            shown_bytes(g.nbytes, g.bytes_known),
+        )
+    return groups
+
+
+def _files_table(src) -> Table:
+    """The directory's files by kind (the shards counted, not listed)."""
+    assets = Table(title="Files", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    for col in ("kind", "files"):
+        assets.add_column(col)
+    by_kind: dict[FileKind, list[str]] = {}
+    for f in src.files:
+        if f.kind is FileKind.WEIGHTS and f.path in src.shards:
+            continue
+        label = f.path + (f" → {f.symlink_target}" if f.symlink_target else "")
+        if f.detail:
+            label += f" [dim]({f.detail})[/]"
+        by_kind.setdefault(f.kind, []).append(label)
+    if src.shards:
+        by_kind.setdefault(FileKind.WEIGHTS, []).insert(0, f"{len(src.shards)} safetensors shard(s)")
+    for kind, items in by_kind.items():
+        style = "bold red" if kind is FileKind.CUSTOM_CODE else ""
+        assets.add_row(Text(kind.value, style=style), "\n".join(items[:12]) + (f"\n… {len(items) - 12} more" if len(items) > 12 else ""))
+    return assets
+
+
 def render_inventory(inv: Inventory, console: Console) -> None:
     src = inv.source
     head = Table.grid(padding=(0, 2))
@@ -68,24 +111,7 @@ def render_inventory(inv: Inventory, console: Console) -> None:
         if sm.layers:
             console.print(Text.assemble((f"{sm.name:>8} ", "bold"), layer_strip(inv, sm.name, width=max(16, console.width - 10))))
 
-    groups = Table(title="Layer types (groups of equal signature)", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
-    for col, just in (("", "left"), ("kind", "left"), ("weights", "left"), ("n", "right"), ("layers", "left"), ("bytes", "right")):
-        groups.add_column(col, justify=just, overflow="fold")
-    for g in inv.groups:
-        k = g.kind
-        mlp = k.mlp_label
-        kind = Text.assemble((f"{g.submodel}: ", "dim"), f"{k.attention} · {mlp}")
-        if k.special:
-            kind.append("\n+ " + ", ".join(k.special), style="dim")
-        groups.add_row(
-            Text(g.symbol, style=f"bold {group_style(g.id)}"),
-            kind,
-            ("/".join(k.weight_dtypes) or "—") + ("" if g.bytes_known or not k.weight_dtypes else " [dim](estimated)[/]"),
-            str(len(g.layers)),
-            index_ranges(g.layers),
-            shown_bytes(g.nbytes, g.bytes_known),
-        )
-    console.print(groups)
+    console.print(_groups_table(inv))
 
     parts = Table(title="Non-layer tensors", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
     for col in ("submodel", "part", "tensors", "bytes"):
@@ -98,23 +124,7 @@ def render_inventory(inv: Inventory, console: Console) -> None:
     if parts.row_count:
         console.print(parts)
 
-    assets = Table(title="Files", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
-    for col in ("kind", "files"):
-        assets.add_column(col)
-    by_kind: dict[FileKind, list[str]] = {}
-    for f in src.files:
-        if f.kind is FileKind.WEIGHTS and f.path in src.shards:
-            continue
-        label = f.path + (f" → {f.symlink_target}" if f.symlink_target else "")
-        if f.detail:
-            label += f" [dim]({f.detail})[/]"
-        by_kind.setdefault(f.kind, []).append(label)
-    if src.shards:
-        by_kind.setdefault(FileKind.WEIGHTS, []).insert(0, f"{len(src.shards)} safetensors shard(s)")
-    for kind, items in by_kind.items():
-        style = "bold red" if kind is FileKind.CUSTOM_CODE else ""
-        assets.add_row(Text(kind.value, style=style), "\n".join(items[:12]) + (f"\n… {len(items) - 12} more" if len(items) > 12 else ""))
-    console.print(assets)
+    console.print(_files_table(src))
     if src.custom_code_present:
         console.print("[bold red]custom code present[/] — listed only, never executed")
 

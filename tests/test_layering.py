@@ -92,3 +92,12 @@ def test_the_arrows_are_read():
     in_plan = ["mxtrim_tui", "core", "plan"]
     sample = "import mxtrim_tui.core.read.source\ndef f():\n    from ..write import writer\n    from . import build\n"
     assert [_unit(m) for _, m in _imports(sample, in_plan)] == ["read", "write", "plan"]
+
+
+def test_no_function_of_the_product_is_over_80_lines():
+    long = []
+    for path in sorted(CORE.parent.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > 80:
+                long.append(f"{path.relative_to(CORE.parent.parent)}:{node.lineno} {node.name} ({node.end_lineno - node.lineno + 1} lines)")
+    assert long == []

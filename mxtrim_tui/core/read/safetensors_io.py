@@ -447,6 +447,29 @@ def _parse_canonical(path, raw, text, header_size, file_size):
     return SafetensorsHeader(path, header_size, file_size, metadata, names, dtypes, shapes, begins, ends)
 
 
+def _text_defers(text: str, n: int, metadata, data: int) -> bool:
+    """What the text alone shows needs the exact path: field counts off (a duplicate key
+    vanished), odd metadata, negative numbers or booleans (prod() would lie), escaped quotes
+    or surrogates, files of 512 PiB or more."""
+    if (
+        text.count('"dtype"') != n
+        or text.count('"shape"') != n
+        or text.count('"data_offsets"') != n
+        or text.count('"__metadata__"') > 1
+    ):
+        return True
+    if metadata is not None and not (
+        type(metadata) is dict and all(type(k) is str and type(v) is str for k, v in metadata.items())
+    ):
+        return True
+    if ("-" in text and _NEGATIVE.search(text)) or "true" in text or "false" in text:
+        return True
+    # Escaped quotes (the string count would be wrong), escapes of surrogates (maybe lone) and
+    # files of 512 PiB or more (where a non-empty tensor's size alone no longer bounds its
+    # element count below 2**63).
+    return ("\\" in text and ('\\"' in text or _SURROGATE_ESCAPE.search(text) is not None)) or data >= 2**59
+
+
 def _parse_fast(path, text, obj, header_size, file_size):
     """Return the header, or None when anything needs the exact path's scrutiny."""
     # Duplicate keys vanish in json.loads; every entry has exactly one "dtype", "shape" and
@@ -454,27 +477,8 @@ def _parse_fast(path, text, obj, header_size, file_size):
     # a name or value spelled like one of them) defers to the exact path.
     metadata = obj.pop("__metadata__", None)
     n = len(obj)
-    if (
-        text.count('"dtype"') != n
-        or text.count('"shape"') != n
-        or text.count('"data_offsets"') != n
-        or text.count('"__metadata__"') > 1
-    ):
-        return None
-    if metadata is not None and not (
-        type(metadata) is dict and all(type(k) is str and type(v) is str for k, v in metadata.items())
-    ):
-        return None
-    # Negative numbers or booleans anywhere make prod() lie; let the exact path judge.
-    if "-" in text and _NEGATIVE.search(text):
-        return None
-    if "true" in text or "false" in text:
-        return None
-    # Escaped quotes (the string count below would be wrong), escapes of surrogates (maybe
-    # lone) and files of 512 PiB or more (where a non-empty tensor's size alone no longer
-    # bounds its element count below 2**63): the exact path judges.
     data = file_size - 8 - header_size
-    if ("\\" in text and ('\\"' in text or _SURROGATE_ESCAPE.search(text))) or data >= 2**59:
+    if _text_defers(text, n, metadata, data):
         return None
     try:
         infos = list(obj.values())
@@ -548,6 +552,84 @@ _END = itemgetter(4)
 _NEGATIVE = re.compile(r"[\[,]\s*-")
 
 
+def _exact_entry(path: Path, name: str, info, duplicates: dict) -> tuple:
+    """One header entry checked field by field: (begin, end, name, dtype, shape)."""
+    if not isinstance(info, dict):
+        _fail(path, "entry must be an object with dtype, shape and data_offsets", name)
+    if id(info) in duplicates:
+        twice = [k for k in duplicates[id(info)][1] if k in _FIELDS]
+        if twice:
+            _fail(path, f"entry gives {twice[0]!r} twice", name)
+    if len(info) != 3 and any(_too_deep(v, 3) for k, v in info.items() if k not in _FIELDS):
+        _fail(path, "header is nested too deeply (the reference stops at 128 levels)", name)
+    try:
+        dtype = info["dtype"]
+        shape = info["shape"]
+        offsets = info["data_offsets"]
+    except KeyError as exc:
+        _fail(path, f"entry lacks {exc.args[0]!r}", name)
+    bits = DTYPE_BITS.get(dtype) if isinstance(dtype, str) else None
+    if bits is None:
+        _fail(path, f"unknown dtype {_shown(dtype)}", name)
+    _check_shape(path, name, shape)
+    if (
+        type(offsets) is not list
+        or len(offsets) != 2
+        or type(offsets[0]) is not int
+        or type(offsets[1]) is not int
+    ):
+        _fail(path, f"data_offsets must be [begin, end] integers, got {_shown(offsets)}", name)
+    begin, end = offsets
+    if begin < 0 or end < begin:
+        _fail(path, f"data_offsets [{begin}, {end}] are not an ordered non-negative range", name)
+    nbits = prod(shape) * bits
+    if nbits > MAX_BITS:
+        _fail(path, f"shape {_shown(shape)} of {dtype} is {nbits} bits, past the format's 64-bit sizes", name)
+    if nbits % 8:
+        _fail(
+            path,
+            f"shape {shape} of {dtype} is {nbits} bits, not a whole number of bytes",
+            name,
+        )
+    if end - begin != nbits // 8:
+        _fail(
+            path,
+            f"byte length {end - begin} does not match shape {shape} of {dtype} "
+            f"({nbits // 8} bytes)",
+            name,
+        )
+    return begin, end, name, dtype, shape
+
+
+def _check_coverage(path: Path, entries: list, text: str, header_size: int, file_size: int) -> None:
+    """The data ranges, in order, must tile the file after the header: no gap, no overlap,
+    nothing after the last tensor, nothing missing (and no lone surrogate in the header)."""
+    entries.sort()
+    expected = 0
+    for begin, end, name, dtype, shape in entries:
+        if begin != expected:
+            if begin > expected:
+                _fail(path, f"gap: data starts at {begin}, previous tensor ended at {expected}", name)
+            _fail(path, f"overlap: data starts at {begin}, previous tensor ended at {expected}", name)
+        expected = end
+
+    if "\\" in text and _SURROGATE_ESCAPE.search(text) and _has_lone_surrogate(text):
+        _fail(path, "header holds a lone UTF-16 surrogate escape (\\ud800-\\udfff), which is no character")
+
+    covered = 8 + header_size + expected
+    if covered != file_size:
+        if covered < file_size:
+            _fail(
+                path,
+                f"file has {file_size - covered} bytes after the last tensor "
+                f"(tensors cover {covered} of {file_size} bytes)",
+            )
+        _fail(
+            path,
+            f"file is truncated: tensors need {covered} bytes, the file has {file_size}",
+        )
+
+
 def _parse_exact(path: Path, text: str, header_size: int, file_size: int) -> SafetensorsHeader:
     """Entry-by-entry validation with precise errors (the reference rules)."""
     duplicates: dict[int, tuple] = {}  # id(object) -> (the object, its keys given more than once)
@@ -573,80 +655,11 @@ def _parse_exact(path: Path, text: str, header_size: int, file_size: int) -> Saf
         ):
             _fail(path, "__metadata__ must be a map of strings to strings")
 
-    entries = []
-    for name, info in obj.items():
-        if not isinstance(info, dict):
-            _fail(path, "entry must be an object with dtype, shape and data_offsets", name)
-        if id(info) in duplicates:
-            twice = [k for k in duplicates[id(info)][1] if k in _FIELDS]
-            if twice:
-                _fail(path, f"entry gives {twice[0]!r} twice", name)
-        if len(info) != 3 and any(_too_deep(v, 3) for k, v in info.items() if k not in _FIELDS):
-            _fail(path, "header is nested too deeply (the reference stops at 128 levels)", name)
-        try:
-            dtype = info["dtype"]
-            shape = info["shape"]
-            offsets = info["data_offsets"]
-        except KeyError as exc:
-            _fail(path, f"entry lacks {exc.args[0]!r}", name)
-        bits = DTYPE_BITS.get(dtype) if isinstance(dtype, str) else None
-        if bits is None:
-            _fail(path, f"unknown dtype {_shown(dtype)}", name)
-        _check_shape(path, name, shape)
-        if (
-            type(offsets) is not list
-            or len(offsets) != 2
-            or type(offsets[0]) is not int
-            or type(offsets[1]) is not int
-        ):
-            _fail(path, f"data_offsets must be [begin, end] integers, got {_shown(offsets)}", name)
-        begin, end = offsets
-        if begin < 0 or end < begin:
-            _fail(path, f"data_offsets [{begin}, {end}] are not an ordered non-negative range", name)
-        nbits = prod(shape) * bits
-        if nbits > MAX_BITS:
-            _fail(path, f"shape {_shown(shape)} of {dtype} is {nbits} bits, past the format's 64-bit sizes", name)
-        if nbits % 8:
-            _fail(
-                path,
-                f"shape {shape} of {dtype} is {nbits} bits, not a whole number of bytes",
-                name,
-            )
-        if end - begin != nbits // 8:
-            _fail(
-                path,
-                f"byte length {end - begin} does not match shape {shape} of {dtype} "
-                f"({nbits // 8} bytes)",
-                name,
-            )
-        entries.append((begin, end, name, dtype, shape))
+    entries = [_exact_entry(path, name, info, duplicates) for name, info in obj.items()]
 
     names = [e[2] for e in entries]
     columns = ([e[3] for e in entries], [e[4] for e in entries], [e[0] for e in entries], [e[1] for e in entries])
-    entries.sort()
-    expected = 0
-    for begin, end, name, dtype, shape in entries:
-        if begin != expected:
-            if begin > expected:
-                _fail(path, f"gap: data starts at {begin}, previous tensor ended at {expected}", name)
-            _fail(path, f"overlap: data starts at {begin}, previous tensor ended at {expected}", name)
-        expected = end
-
-    if "\\" in text and _SURROGATE_ESCAPE.search(text) and _has_lone_surrogate(text):
-        _fail(path, "header holds a lone UTF-16 surrogate escape (\\ud800-\\udfff), which is no character")
-
-    covered = 8 + header_size + expected
-    if covered != file_size:
-        if covered < file_size:
-            _fail(
-                path,
-                f"file has {file_size - covered} bytes after the last tensor "
-                f"(tensors cover {covered} of {file_size} bytes)",
-            )
-        _fail(
-            path,
-            f"file is truncated: tensors need {covered} bytes, the file has {file_size}",
-        )
+    _check_coverage(path, entries, text, header_size, file_size)
     return SafetensorsHeader(path, header_size, file_size, metadata, names, *columns)
 
 

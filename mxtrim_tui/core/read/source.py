@@ -868,6 +868,44 @@ def open_source(root: str | Path) -> ModelSource:
         return _open_source(Path(root))
 
 
+def _classified_files(root: Path, config: dict, nested: dict, shard_set: set, warnings: list[str]) -> list[SourceFile]:
+    """Every file in the directory, classified (weights, tokenizer, templates, custom code,
+    side files...), with what is wrong with it said in ``warnings``."""
+    tok_cfg = _read_json(root / "tokenizer_config.json")
+    tokenizer_modules = _auto_map_modules(tok_cfg if isinstance(tok_cfg, dict) else {})
+    auto_map_files = _auto_map_modules(config, *nested.values()) | tokenizer_modules
+    parsed = {"tokenizer_config.json": tok_cfg}  # read once, classified below
+    files: list[SourceFile] = []
+    for rel, entry in _walk_files(str(root)):
+        link = os.readlink(entry.path) if entry.is_symlink() else None
+        try:
+            st = entry.stat()
+        except OSError as exc:  # dangling, or a loop of links
+            what = BROKEN_SYMLINK if isinstance(exc, FileNotFoundError) else f"unreadable ({exc.strerror or exc})"
+            warnings.append(f"{rel}: {what}" + (f" (-> {link})" if link else ""))
+            files.append(SourceFile(rel, FileKind.UNKNOWN, 0, what, link, never_copy=what))
+            continue
+        if not stat.S_ISREG(st.st_mode):
+            what = "not a regular file (never read or copied)"
+            warnings.append(f"{rel}: {what}")
+            files.append(SourceFile(rel, FileKind.UNKNOWN, 0, what, link, never_copy=what))
+            continue
+        size = st.st_size
+        kind, detail = _classify(rel, entry.path, auto_map_files, shard_set, parsed.get(rel))
+        never = _weight_like(rel.lower(), entry.path) if kind is FileKind.UNKNOWN else ""
+        files.append(SourceFile(rel, kind, size, detail, link, never))
+    refs = _referenced_files(root, files, parsed, tokenizer_modules)
+    if refs:
+        files = _apply_references(root, files, refs)
+    for module in sorted(auto_map_files):
+        if not (root / module).exists():
+            warnings.append(f"auto_map refers to {module}, which is not in the directory")
+    for f in files:
+        if f.kind is FileKind.WEIGHTS and f.path not in shard_set:
+            warnings.append(f"{f.path}: safetensors file not referenced by the index; loaders ignore it")
+    return files
+
+
 def _open_source(root: Path) -> ModelSource:
     root = Path(root)
     if not root.exists():
@@ -909,40 +947,7 @@ def _open_source(root: Path) -> ModelSource:
         warnings += index_warnings
         tensor_shard = None  # built from the headers when first asked for
 
-    # --- every file in the directory, classified
-    tok_cfg = _read_json(root / "tokenizer_config.json")
-    tokenizer_modules = _auto_map_modules(tok_cfg if isinstance(tok_cfg, dict) else {})
-    auto_map_files = _auto_map_modules(config, *nested.values()) | tokenizer_modules
-    parsed = {"tokenizer_config.json": tok_cfg}  # read once, classified below
-    files: list[SourceFile] = []
-    shard_set = set(shards)
-    for rel, entry in _walk_files(str(root)):
-        link = os.readlink(entry.path) if entry.is_symlink() else None
-        try:
-            st = entry.stat()
-        except OSError as exc:  # dangling, or a loop of links
-            what = BROKEN_SYMLINK if isinstance(exc, FileNotFoundError) else f"unreadable ({exc.strerror or exc})"
-            warnings.append(f"{rel}: {what}" + (f" (-> {link})" if link else ""))
-            files.append(SourceFile(rel, FileKind.UNKNOWN, 0, what, link, never_copy=what))
-            continue
-        if not stat.S_ISREG(st.st_mode):
-            what = "not a regular file (never read or copied)"
-            warnings.append(f"{rel}: {what}")
-            files.append(SourceFile(rel, FileKind.UNKNOWN, 0, what, link, never_copy=what))
-            continue
-        size = st.st_size
-        kind, detail = _classify(rel, entry.path, auto_map_files, shard_set, parsed.get(rel))
-        never = _weight_like(rel.lower(), entry.path) if kind is FileKind.UNKNOWN else ""
-        files.append(SourceFile(rel, kind, size, detail, link, never))
-    refs = _referenced_files(root, files, parsed, tokenizer_modules)
-    if refs:
-        files = _apply_references(root, files, refs)
-    for module in sorted(auto_map_files):
-        if not (root / module).exists():
-            warnings.append(f"auto_map refers to {module}, which is not in the directory")
-    for f in files:
-        if f.kind is FileKind.WEIGHTS and f.path not in shard_set:
-            warnings.append(f"{f.path}: safetensors file not referenced by the index; loaders ignore it")
+    files = _classified_files(root, config, nested, set(shards), warnings)
 
     if not shards and not absent_shards:
         warnings.append("no safetensors weights: a config-only directory (dummy load only)")

@@ -548,12 +548,7 @@ def write_weights(
     extraction, estimate, digests, script_text = _prepare_extraction(plan, out, max_shard_bytes, emit)
     timings["prepare"] = time.monotonic() - t0
 
-    make_parent(out)
-    remove_leftovers(out, emit)
-    tmp = temp_sibling(out)
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    script_tmp = out.with_name(f".{out.name}.extract-{os.getpid()}.py")
+    tmp, script_tmp = _prepare_temporaries(out, emit)
     check = None
     job = None  # the structure check: its child, or its result
     try:
@@ -582,16 +577,9 @@ def write_weights(
 
         files.append(events.add(write_plan_json(plan, tmp, out, "weights", serve)))
         manifest = _manifest(plan, out, done, digests, integrity, result, rows)
-        size = _write_lines_json(tmp / MANIFEST_NAME, manifest, ("tensors", "dropped"))
-        files.append(events.add({"path": MANIFEST_NAME, "kind": "manifest", "bytes": size, "from": f"written (every tensor's ranges and {hash_name} digests)"}))
-
-        weights_info = {
-            "integrity": integrity,
-            "structure": result,
-            "copy_method": done.get("method"),
-            "script": SCRIPT_NAME,
-            "manifest": MANIFEST_NAME,
-        }
+        files.append(events.add(_write_manifest(tmp, manifest, hash_name)))
+        weights_info = {"integrity": integrity, "structure": result, "copy_method": done.get("method"),
+                        "script": SCRIPT_NAME, "manifest": MANIFEST_NAME}
         readme = render_report(plan, out, "weights", files, not_copied, weights=weights_info, serve=serve)
         files.append(events.add(readme_entry(write_text(tmp / README_NAME, readme))))
         rename_into_place(tmp, out)
@@ -605,6 +593,22 @@ def write_weights(
         _remove_partial_output(tmp, script_tmp)
         raise
     return WeightsWriteResult(out, files, not_copied, estimate, integrity, result, done.get("method", ""), timings)
+
+
+def _write_manifest(tmp: Path, manifest: dict, hash_name: str) -> dict:
+    size = _write_lines_json(tmp / MANIFEST_NAME, manifest, ("tensors", "dropped"))
+    return {"path": MANIFEST_NAME, "kind": "manifest", "bytes": size, "from": f"written (every tensor's ranges and {hash_name} digests)"}
+
+
+def _prepare_temporaries(out: Path, emit) -> tuple[Path, Path]:
+    """The output's parent made, an interrupted run's leftovers removed: (hidden directory the
+    output is written to, path the script is written to)."""
+    make_parent(out)
+    remove_leftovers(out, emit)
+    tmp = temp_sibling(out)
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    return tmp, out.with_name(f".{out.name}.extract-{os.getpid()}.py")
 
 
 def _refuse_unextractable(plan: TrimPlan) -> None:
