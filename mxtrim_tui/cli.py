@@ -281,19 +281,13 @@ def _budget_inputs(plan, raw: dict[str, str]):
     return inputs
 
 
-def _parallelism_errors(plan, serve) -> list[str]:
-    from .core.plan.budget import check_parallelism
-
-    if serve is None:
-        return []
-    return [f"--{key}: {message}" for key, message in check_parallelism(plan, serve).items()]
-
-
 def cmd_plan(args) -> int:
     request = _request(args)
     raw = request.serve
     plan = _plan(request)
-    blocking = _parallelism_errors(plan, _serve_inputs(plan, raw))
+    from .core.plan.blockers import write_blockers
+
+    blocking = write_blockers(plan, _serve_inputs(plan, raw), "dummy")  # what a plan shows: no mode yet
     if args.fetch_list:
         from .core.plan.needed_shards import needed_shards
 
@@ -313,8 +307,8 @@ def cmd_plan(args) -> int:
         console = Console()
         render_plan(plan, console, repo=args.repo)
         render_budget(compute_budget(plan, _budget_inputs(plan, raw)), console)
-    if plan.errors or blocking:
-        print(_blocking_line(plan, blocking, "; no plan file saved" if args.save else ""), file=sys.stderr)
+    if blocking:
+        print(_blocking_line(blocking, "; no plan file saved" if args.save else ""), file=sys.stderr)
         return 1
     if args.save is not None:
         _save_plan(request, plan, args.save)
@@ -329,13 +323,11 @@ def _save_plan(request, plan, path: Path) -> None:
     print(f"saved the plan to {path} (run it: mxtrim trim --plan {path})", file=sys.stderr)
 
 
-def _blocking_line(plan, blocking: list[str], then: str = "") -> str:
-    """The plan's blocking errors (each with its fix) and the serve settings' mismatches, as
-    the one error line every failure gets."""
+def _blocking_line(blocking: list[str], then: str = "") -> str:
+    """What blocks the write (core/plan/blockers.py), as the one error line every failure gets."""
     from .core.errors import one_line
 
-    parts = [i.message + (f" (fix: {i.fix})" if i.fix else "") for i in plan.errors] + list(blocking)
-    return "mxtrim: error: " + one_line("; ".join(parts) + then)
+    return "mxtrim: error: " + one_line("; ".join(blocking) + then)
 
 
 def cmd_trim(args) -> int:
@@ -348,18 +340,14 @@ def cmd_trim(args) -> int:
     raw = request.serve
     plan = _plan(request)
     serve = _serve_inputs(plan, raw)
-    blocking = _parallelism_errors(plan, serve)
-    if request.mode == "weights":
-        from .core.plan.needed_shards import weights_blocker
+    from .core.plan.blockers import write_blockers
 
-        missing = weights_blocker(plan, request.repo)
-        if missing:
-            blocking.append(missing)
-    if plan.errors or blocking:
+    blocking = write_blockers(plan, serve, request.mode, request.repo)
+    if blocking:
         if args.json:
             json.dump(plan_to_json(plan) | {"output": None}, sys.stdout, indent=2)
             sys.stdout.write("\n")
-        print(_blocking_line(plan, blocking, "; nothing written"), file=sys.stderr)
+        print(_blocking_line(blocking, "; nothing written"), file=sys.stderr)
         return 1
     out = request.out if request.out is not None else default_output_dir(plan, args.workspace.resolve(), request.mode)
     result = _write(args, request, plan, out, serve)

@@ -339,15 +339,14 @@ class MxtrimApp(App):
         if st.plan is None:
             self.show_error("Nothing to write", "Load a source and choose layers first.")
             return
-        if st.plan.errors:
-            self.show_error("The plan is blocked", "\n".join(i.message + (f"\n  fix: {i.fix}" if i.fix else "") for i in st.plan.errors))
-            return
-        if st.budget_errors:
+        if st.budget_errors:  # what the boxes hold does not parse: named per box
             self.show_error("The budget has invalid values", "\n".join(f"{k}: {v}" for k, v in st.budget_errors.items()) + "\n\nCorrect them in step 4.")
             return
-        blocker = st.weights_blocker() if st.mode == "weights" else None
-        if blocker:
-            self.show_error("Real weights cannot be written", blocker)
+        from ..core.plan.blockers import write_blockers
+
+        blocking = write_blockers(st.plan, st.budget_inputs if st.budget_chosen else None, st.mode)  # as `mxtrim trim` decides
+        if blocking:
+            self.show_error("This cannot be written", "\n".join(blocking))
             return
         problem = st.location_problem()
         if problem:

@@ -10,7 +10,7 @@ from ..core.plan.budget import BudgetInputs
 from ..core.model.inventory import Inventory
 from ..core.plan.build import Selection, TrimPlan
 
-NO_WEIGHTS = "the source has no weights: only dummy mode applies"
+from ..core.plan.blockers import NO_WEIGHTS
 
 
 @dataclass
