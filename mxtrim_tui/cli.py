@@ -435,15 +435,20 @@ def _print_trim_text(request, plan, result, validation) -> None:
 def _leftover_notices(event: dict) -> None:
     """Without --progress, the one event a user should still hear of: a leftover of an
     interrupted run removed."""
-    if event.get("event") == "leftover":
-        print(f"mxtrim: removed {event['path']}, left by an interrupted run", file=sys.stderr)
+    from .core.progress import LeftoverRemoved, parse_event
+
+    typed = parse_event(event)
+    if isinstance(typed, LeftoverRemoved):
+        print(f"mxtrim: removed {typed.path}, left by an interrupted run", file=sys.stderr)
 
 
 def _progress_printer():
     """JSON lines on stderr, one per event, flushed: what the wizard's run screen reads."""
 
+    from .core.progress import event_line
+
     def emit(event: dict) -> None:
-        sys.stderr.write(json.dumps(event) + "\n")
+        sys.stderr.write(event_line(event) + "\n")
         sys.stderr.flush()
 
     return emit
@@ -538,10 +543,13 @@ def run_validation(out: Path, args, quiet: bool):
     progress = _progress_printer() if getattr(args, "progress", False) else None
     if progress is None and not quiet:
         def progress(event: dict) -> None:
-            if event.get("event") == "serve" and event.get("status") == "starting":
-                print("$ " + " ".join(event["command"]), file=sys.stderr, flush=True)
-            elif event.get("event") == "log":
-                print("  | " + event["line"], file=sys.stderr, flush=True)
+            from .core.progress import Serve, ServerLog, parse_event
+
+            typed = parse_event(event)
+            if isinstance(typed, Serve) and typed.status == "starting":
+                print("$ " + " ".join(typed.command), file=sys.stderr, flush=True)
+            elif isinstance(typed, ServerLog):
+                print("  | " + typed.line, file=sys.stderr, flush=True)
 
     serve = args.serve or args.equivalence
     v = validate(out, opts, serve=serve, equivalence=args.equivalence, on_event=progress)

@@ -20,6 +20,10 @@ from textual.containers import Vertical, VerticalScroll
 from textual.message import Message
 from textual.widgets import Label, ProgressBar, RichLog, Static
 
+from ...core.progress import (
+    Check, Event, FileWritten, Memory, Request, Result, Serve, ServerLog, ShardWritten, Stage, TensorCopied, Verifying,
+    parse_line,
+)
 from ...core.units import human_bytes
 from .base import WizardScreen
 
@@ -239,11 +243,8 @@ class RunScreen(WizardScreen):
 
     def on_child_line(self, message: ChildLine) -> None:
         line = message.line
-        try:
-            event = json.loads(line)
-        except ValueError:
-            event = None
-        if isinstance(event, dict) and "event" in event:
+        event = parse_line(line)
+        if event is not None:
             self._on_event(event)
             return
         if line.startswith("mxtrim: error: "):
@@ -251,39 +252,36 @@ class RunScreen(WizardScreen):
         shown = line if len(line) <= LINE_LIMIT else line[:LINE_LIMIT] + " …"
         self._log(Text(shown, style="yellow" if message.stream == "stderr" else ""))
 
-    def _on_event(self, event: dict) -> None:
-        kind = event.get("event")
+    def _on_event(self, event: Event) -> None:
         if self.kind == "validate":
             self._on_validation_event(event)
             return
         p = self.progress
-        if kind == "file":
-            p.unit, p.done, p.total, p.current = "files", event.get("done_files", 0), event.get("total_files", 0), event.get("path", "")
-            self._log(Text(f"wrote {event.get('path')} ({event.get('bytes', 0):,} B)", style="green"))
-        elif kind == "tensor":
-            p.unit, p.done, p.total, p.current = "bytes", event.get("done_bytes", 0), event.get("total_bytes", 0), event.get("name", "")
+        if isinstance(event, FileWritten):
+            p.unit, p.done, p.total, p.current = "files", event.done_files, event.total_files, event.path
+            self._log(Text(f"wrote {event.path} ({event.bytes:,} B)", style="green"))
+        elif isinstance(event, TensorCopied):
+            p.unit, p.done, p.total, p.current = "bytes", event.done_bytes, event.total_bytes, event.name
             p.bytes_copied = max(p.bytes_copied, p.done)
-        elif kind == "verify":
-            p.unit, p.done, p.total = "bytes", event.get("done_bytes", 0), event.get("total_bytes", 0)
+        elif isinstance(event, Verifying):
+            p.unit, p.done, p.total = "bytes", event.done_bytes, event.total_bytes
             if not p.current.startswith(STAGE_WORDS["structure"]):
                 p.current = STAGE_WORDS["verify"]
-        elif kind == "shard":
-            if event.get("status") == "done":
-                self._log(Text(f"shard {event.get('shard')} written ({event.get('bytes', 0):,} B)", style="green"))
-        elif kind == "stage":
-            name, status = event.get("name"), event.get("status")
-            if status == "start" and name in STAGE_WORDS:
-                p.current = STAGE_WORDS[name]
-            elif status == "done" and name in STAGE_WORDS:
-                p.current = f"{STAGE_WORDS[name]}: done"
-            if status != "running":
-                detail = event.get("summary") or event.get("result") or ""
-                self._log(Text(f"[{name}] {status}" + (f": {detail}" if detail else ""), style="cyan"))
-        elif kind == "result":
-            self._log(Text(f"output: {event.get('output')}", style="bold green"))
+        elif isinstance(event, ShardWritten):
+            if event.status == "done":
+                self._log(Text(f"shard {event.shard} written ({event.bytes:,} B)", style="green"))
+        elif isinstance(event, Stage):
+            if event.status == "start" and event.name in STAGE_WORDS:
+                p.current = STAGE_WORDS[event.name]
+            elif event.status == "done" and event.name in STAGE_WORDS:
+                p.current = f"{STAGE_WORDS[event.name]}: done"
+            if event.status != "running":
+                self._log(Text(f"[{event.name}] {event.status}" + (f": {event.summary}" if event.summary else ""), style="cyan"))
+        elif isinstance(event, Result):
+            self._log(Text(f"output: {event.output}", style="bold green"))
         else:
-            self._log(Text(json.dumps(event), style="dim"))
-        self._show_progress(force=kind in ("stage", "result", "file"))
+            self._log(Text(json.dumps(event.raw), style="dim"))
+        self._show_progress(force=isinstance(event, (Stage, Result, FileWritten)))
 
     def _show_progress(self, force: bool = False) -> None:
         p = self.progress
@@ -304,30 +302,29 @@ class RunScreen(WizardScreen):
             stats = f"{p.done} / {p.total} {p.unit} · {p.current}"
         self.query_one("#run-stats", Static).update(stats)
 
-    def _on_validation_event(self, event: dict) -> None:
-        kind = event.get("event")
-        if kind == "stage" and event.get("status") == "running":
-            self.query_one("#run-stats", Static).update(f"running: {event.get('name')}")
+    def _on_validation_event(self, event: Event) -> None:
+        if isinstance(event, Stage) and event.status == "running":
+            self.query_one("#run-stats", Static).update(f"running: {event.name}")
             return
-        if kind == "log":
-            line = event.get("line", "")
-            shown = line if len(line) <= LINE_LIMIT else line[:LINE_LIMIT] + " …"
-            self._log(Text(shown, style="yellow" if event.get("stream") == "stderr" else ""))
-        elif kind == "check":
-            self.validation.add(event)
+        if isinstance(event, ServerLog):
+            shown = event.line if len(event.line) <= LINE_LIMIT else event.line[:LINE_LIMIT] + " …"
+            self._log(Text(shown, style="yellow" if event.stream == "stderr" else ""))
+        elif isinstance(event, Check):
+            self.validation.add(event.raw)
             self.query_one("#run-validation", Static).update(self.validation.render())
-        elif kind == "serve" and event.get("status") == "starting":
-            self._show_command("the server validation started", shlex.join(event.get("command", [])))
+        elif isinstance(event, Serve) and event.status == "starting":
+            self._show_command("the server validation started", shlex.join(event.command))
             self._log(Text("[serve] starting", style="cyan"))
-        elif kind == "serve":
-            self._log(Text(f"[serve] {event.get('status')} ({event.get('signal') or 'exited'}, status {event.get('returncode')})", style="cyan"))
-        elif kind == "memory" and "figures" in event:
+        elif isinstance(event, Serve):
+            self._log(Text(f"[serve] {event.status} ({event.signal or 'exited'}, status {event.returncode})", style="cyan"))
+        elif isinstance(event, Memory) and "figures" in event.raw:
             from ...core.validate.memory_check import summary
 
-            self._log(Text(f"[memory] predicted / logged: {summary(event)}", style="cyan"))
-        elif kind == "request":
-            mark = "✓" if event.get("passed") else "✗"
-            self._log(Text(f"{mark} {event.get('name')}: HTTP {event.get('status')} in {event.get('seconds')} s — {event.get('detail')}", style="green" if event.get("passed") else "red"))
+            self._log(Text(f"[memory] predicted / logged: {summary(event.raw)}", style="cyan"))
+        elif isinstance(event, Request):
+            mark = "✓" if event.passed else "✗"
+            self._log(Text(f"{mark} {event.name}: HTTP {event.status} in {event.seconds} s — {event.detail}",
+                           style="green" if event.passed else "red"))
 
     def _validation_exited(self, message: ChildExited) -> None:
         status = self.query_one("#run-status", Static)
