@@ -8,6 +8,7 @@ are cleared and workers are awaited before the capture. Update with
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import os
 import shutil
@@ -17,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from mxtrim_tui.core.probe.gpu import GpuProbe
+from mxtrim_tui.core.progress import FileWritten
 from mxtrim_tui.demo.build import build_demo
 from mxtrim_tui.tui.app import MxtrimApp
 from mxtrim_tui.tui.screens.run import RunScreen
@@ -111,8 +113,8 @@ def test_run_screen_after_a_dummy_trim(snap_compare, make_app, size, monkeypatch
     on_event = RunScreen._on_event
 
     def pinned(self, event):
-        if event.get("event") == "file" and event.get("path") == "README.md":
-            event = dict(event, bytes=5000)
+        if isinstance(event, FileWritten) and event.path == "README.md":
+            event = dataclasses.replace(event, bytes=5000)
         on_event(self, event)
 
     monkeypatch.setattr(RunScreen, "_on_event", pinned)
