@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 from pathlib import Path
 
@@ -229,7 +230,8 @@ def _request(args):
             raise UsageError(f"mxtrim {args.command}: error: the source directory SRC is required" +
                              (" (or --plan FILE)" if args.command == "trim" else ""))
         return TrimRequest(
-            source=Path(args.source), keep=tuple(args.keep) if args.keep else None, mtp=args.mtp, force=args.force,
+            # absolute, as a plan file records it: the output says the same whichever way it was asked
+            source=Path(os.path.abspath(args.source)), keep=tuple(args.keep) if args.keep else None, mtp=args.mtp, force=args.force,
             mode=args.mode, out=args.out, serve=_serve_raw(args), repo=args.repo,
             max_shard_bytes=getattr(args, "max_shard_size", None) or DEFAULT_MAX_SHARD_BYTES,
             hash_name=getattr(args, "hash", None) or "xxh3_128",

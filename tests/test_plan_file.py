@@ -4,12 +4,13 @@ exactly it, and a source that changed since is refused with nothing written."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
 import pytest
 
-from engine_support import run_cli
+from engine_support import REPO, run_cli
 from mxtrim_tui.demo.build import build_demo
 
 SERVE = ["--dp", "2", "--ep", "--kv-cache-dtype", "fp8", "--max-num-batched-tokens", "512", "--max-model-len", "1024"]
@@ -43,7 +44,8 @@ def test_a_saved_plan_writes_byte_for_byte_what_the_flags_write(demo, tmp_path, 
     assert from_plan.returncode == 0, from_plan.stderr
     written = _tree(out)
     shutil.rmtree(out)
-    from_flags = run_cli("trim", str(demo), "--keep", "0,2", *SERVE, "--mode", mode, "--out", str(out))
+    relative = os.path.relpath(demo, REPO)  # run_cli runs in the repository: SRC as a user types it
+    from_flags = run_cli("trim", relative, "--keep", "0,2", *SERVE, "--mode", mode, "--out", str(out))
     assert from_flags.returncode == 0, from_flags.stderr
     assert _tree(out) == written  # every file, byte for byte
     readme = written["README.md"].decode()
