@@ -160,6 +160,15 @@ def _add_others(sub) -> None:
     va.add_argument("--progress", action="store_true", help="print events (checks, server log lines, requests) as JSON lines on stderr")
     va.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
 
+    ex = sub.add_parser("examples", help="the reduced models of a workspace: source, last validation, environment drift, "
+                        "stale paths (reads JSON and sizes, never weights)")
+    ex.add_argument("folder", metavar="FOLDER", nargs="?", type=Path,
+                    help="the folder of models (default: ./tools/batched_test/models/)")
+    ex.add_argument("--python", metavar="PY", help="the environment to compare with (default: the vLLM interpreter "
+                    "mxtrim validate would use, else this one)")
+    ex.add_argument("--json", action="store_true", help="print the examples as JSON (schema mxtrim.examples/1)")
+    ex.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+
     lo = sub.add_parser("leftovers", help="servers left running by an mxtrim that was killed: list them (--stop stops them)")
     lo.add_argument("--stop", action="store_true", help="stop them: SIGTERM to each server's process group, SIGKILL after 5 s")
     lo.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
@@ -607,6 +616,36 @@ def cmd_validate(args) -> int:
     return 0 if ok else 1
 
 
+def cmd_examples(args) -> int:
+    from .core.user_settings import get_setting
+    from .core.validate.examples import SCHEMA, now_versions, scan, workspace_folder
+    from .core.validate.locate import SETTING, VllmNotFound, find_vllm_python
+
+    folder = workspace_folder(args.folder, Path.cwd())
+    if not folder.is_dir():
+        raise InputError(folder, "no such folder of models (give one: mxtrim examples FOLDER)")
+    python = args.python
+    if python is None:
+        try:
+            python = find_vllm_python(None, get_setting(SETTING)).python
+        except VllmNotFound:
+            python = sys.executable  # no vLLM anywhere: compare with this environment
+    now = now_versions(python)
+    examples = scan(folder, now)
+    if args.json:
+        doc = {"schema": SCHEMA, "folder": str(folder), "environment_now": {"python_executable": python, "versions": now},
+               "examples": [e.to_json() for e in examples]}
+        json.dump(doc, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
+    from rich.console import Console
+
+    from .render import render_examples
+
+    render_examples(folder, examples, python, now, Console())
+    return 0
+
+
 def cmd_leftovers(args) -> int:
     """`mxtrim leftovers [--stop]`: the servers whose mxtrim was killed before it could stop
     them (pid records in $XDG_STATE_HOME/mxtrim/servers)."""
@@ -667,7 +706,7 @@ def _run(argv: list[str]) -> int:
         if args.command is None:
             args = _parser().parse_args(["tui"] + (["--debug"] if args.debug else []))
         commands = {"inspect": cmd_inspect, "plan": cmd_plan, "trim": cmd_trim, "validate": cmd_validate,
-                    "leftovers": cmd_leftovers, "tui": cmd_tui, "demo": cmd_demo}
+                    "leftovers": cmd_leftovers, "examples": cmd_examples, "tui": cmd_tui, "demo": cmd_demo}
         return commands[args.command](args)
     except SelectionError as exc:
         print(f"mxtrim: error: {exc}", file=sys.stderr)

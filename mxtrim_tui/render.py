@@ -265,3 +265,24 @@ def render_budget(b, console: Console) -> None:
     for n, advice in enumerate(b.advice, 1):
         t.add_row("advice" if n == 1 else "", f"{n}. {advice}", "")
     console.print(t)
+
+
+def render_examples(folder, examples, python: str, now: dict | None, console: Console) -> None:
+    """`mxtrim examples`: one row per reduced model, then each one's problems."""
+    t = Table(title=f"Reduced models in {folder}", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    for col in ("model", "mode", "layers", "source", "last validation", "drift"):
+        t.add_column(col, overflow="fold")
+    for e in examples:
+        v = e.validation
+        validated = "never" if v is None else f"{'ok' if v.get('ok') else 'failed'} {v.get('started') or ''}"
+        drift = ", ".join(f"{k} {d['then']} → {d['now']}" for k, d in e.drift.items()) or ("—" if v else "")
+        source = e.source.get("state", "")
+        t.add_row(Text(e.name, style="bold"), e.mode + ("" if e.made_by == "mxtrim" else " (hand-made)"),
+                  "—" if e.layers is None else str(e.layers), Text(source, style="red" if source in ("missing", "changed") else ""),
+                  validated, Text(drift, style="yellow" if e.drift else ""))
+    console.print(t)
+    shown = ", ".join(f"{k} {now.get(k) or 'absent'}" for k in ("python", "vllm", "transformers", "torch")) if now else "unknown"
+    console.print(Text(f"environment now ({python}): {shown}", style="dim"))
+    for e in examples:
+        for line in e.problems + [f"launch script (shown, not run): {s}" for s in e.launch_scripts]:
+            console.print(Text(f"{e.name}: {line}", style="yellow" if line in e.problems else "dim"))

@@ -1,5 +1,6 @@
 """Run by the TARGET interpreter (the environment that holds vLLM), in isolated mode, as a
-script: ``python -I offline_probe.py OUT_DIR TRUST_REMOTE_CODE(0|1) REGISTRY(0|1)``.
+script: ``python -I offline_probe.py OUT_DIR TRUST_REMOTE_CODE(0|1) REGISTRY(0|1)``, or
+``python -I offline_probe.py --versions`` for the interpreter and package versions alone.
 
 Prints one JSON document: the interpreter, package versions and import origins, and the
 offline checks: configuration (as transformers normalises it), tokenizer round trip, chat
@@ -58,6 +59,10 @@ def check(name, fn):
 
 
 def main():
+    if sys.argv[1:] == ["--versions"]:  # the environment only (mxtrim examples: drift)
+        print(json.dumps({"python": platform.python_version(), "executable": sys.executable,
+                          "packages": {m: package(m, d) for m, d in PACKAGES.items()}}))
+        return
     out, trust, registry = sys.argv[1], sys.argv[2] == "1", sys.argv[3] == "1"
     os.environ.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", VLLM_NO_USAGE_STATS="1")
     doc = {

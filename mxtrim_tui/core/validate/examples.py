@@ -1,0 +1,170 @@
+"""The workspace of reduced models (``tools/batched_test/models/`` by default): what each one is,
+whether its source is still there and unchanged, how it last validated and in which environment
+against the environment now, and what in it has gone stale. Reads JSON, text and safetensors
+sizes only, never weights.
+
+An mxtrim output is read from what mxtrim left in it (``mxtrim-plan.json``, ``manifest.json``,
+``validation.json``); a hand-made example (any model directory with a ``config.json``) from what
+it has: its config, its README and launch scripts (``*.sh``), which are listed, never run.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from ..read.source_pins import pin_differences
+
+SCHEMA = "mxtrim.examples/1"
+DEFAULT_FOLDER = Path("tools") / "batched_test" / "models"
+# the versions compared between a validation and now (as the offline probe names them)
+DRIFT_KEYS = ("python", "vllm", "vllm_metax", "transformers", "torch")
+TEXT_LIMIT = 1 << 20  # README / launch script / config bytes read for paths
+# an absolute path in a text: at a line start or after a space, a quote, a backtick, '=', '(' or
+# '['; not inside a URL (after ':' or '/')
+_ABSOLUTE = re.compile(r"""(?:(?<=^)|(?<=[\s"'`=(\[]))(/(?:[A-Za-z0-9._~+@%-]+/)*[A-Za-z0-9._~+@%-]+)""", re.M)
+
+
+@dataclass
+class Example:
+    name: str
+    path: str
+    made_by: str  # "mxtrim" | "hand"
+    mode: str = "unknown"  # dummy | weights | unknown
+    layers: int | None = None  # text layers kept (mxtrim) or declared (hand-made)
+    source: dict = field(default_factory=dict)  # {"path", "state", "detail"}
+    validation: dict | None = None  # the last run: {"ok", "started", "versions"}
+    drift: dict = field(default_factory=dict)  # {package: {"then", "now"}} where they differ
+    launch_scripts: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def workspace_folder(given: Path | None, cwd: Path) -> Path:
+    """The folder to read: the one given, else the workspace's tools/batched_test/models/."""
+    return Path(given) if given is not None else cwd / DEFAULT_FOLDER
+
+
+def _json(path: Path):
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+
+
+def _versions(environment: dict) -> dict:
+    """{python, vllm, ...: version} of a recorded or probed environment."""
+    packages = environment.get("packages") or {}
+    out = {"python": environment.get("python")}
+    out.update({name: (packages.get(name) or {}).get("version") for name in DRIFT_KEYS if name != "python"})
+    return out
+
+
+def read_example(path: Path, now: dict | None) -> Example:
+    """One model directory of the workspace; ``now``: the versions of the environment now
+    ({python, vllm, ...}), None when unknown."""
+    plan = _json(path / "mxtrim-plan.json")
+    ex = Example(path.name, str(path), "mxtrim" if isinstance(plan, dict) else "hand")
+    ex.launch_scripts = sorted(p.name for p in path.glob("*.sh") if p.is_file())
+    if isinstance(plan, dict):
+        _read_mxtrim(path, plan, ex)
+    else:
+        config = _json(path / "config.json") or {}
+        depth = config.get("num_hidden_layers") if isinstance(config, dict) else None
+        ex.layers = depth if isinstance(depth, int) else None
+        ex.source = {"path": None, "state": "not recorded", "detail": "a hand-made example records no source"}
+    _read_validation(path, ex, now)
+    ex.problems += _stale_paths(path, ex.launch_scripts)
+    return ex
+
+
+def _read_mxtrim(path: Path, plan: dict, ex: Example) -> None:
+    ex.mode = plan.get("mode") if plan.get("mode") in ("dummy", "weights") else "unknown"
+    kept = (plan.get("kept") or {}).get("text")
+    ex.layers = len(kept) if isinstance(kept, list) else None
+    source = plan.get("source") if isinstance(plan.get("source"), str) else None
+    manifest = _json(path / "manifest.json") if ex.mode == "weights" else None
+    headers = (manifest or {}).get("source_headers") or {}
+    pins = {"shards": {rel: [d.get("sha256"), d.get("header_bytes"), d.get("file_bytes")] for rel, d in headers.items()
+                       if isinstance(d, dict)}}
+    if source is None:
+        ex.source = {"path": None, "state": "not recorded", "detail": "mxtrim-plan.json names no source"}
+    elif not Path(source).is_dir():
+        ex.source = {"path": source, "state": "missing", "detail": "not there any more (moved or deleted)"}
+    elif pins["shards"]:
+        differ = pin_differences(Path(source), pins)
+        ex.source = ({"path": source, "state": "changed", "detail": "; ".join(differ[:3])} if differ else
+                     {"path": source, "state": "unchanged", "detail": f"{len(pins['shards'])} shard header(s) as pinned"})
+    else:
+        ex.source = {"path": source, "state": "present", "detail": "its headers were not pinned (dummy output)"}
+    if manifest is not None:
+        ex.problems += _shard_problems(path, manifest)
+
+
+def _shard_problems(path: Path, manifest: dict) -> list[str]:
+    """A weights output's shards against its manifest: each there, each of the recorded size."""
+    found = []
+    for shard in manifest.get("shards") or []:
+        if not isinstance(shard, dict) or not isinstance(shard.get("file"), str):
+            continue
+        file = path / shard["file"]
+        if not file.is_file():
+            found.append(f"{shard['file']}: missing (manifest.json lists it)")
+        elif isinstance(shard.get("bytes"), int) and file.stat().st_size != shard["bytes"]:
+            found.append(f"{shard['file']}: {file.stat().st_size} bytes, manifest.json says {shard['bytes']}")
+    return found
+
+
+def _read_validation(path: Path, ex: Example, now: dict | None) -> None:
+    history = _json(path / "validation.json")
+    runs = history.get("runs") if isinstance(history, dict) else None
+    if not runs or not isinstance(runs[-1], dict):
+        return
+    last = runs[-1]
+    then = _versions(last.get("environment") or {})
+    ex.validation = {"ok": last.get("ok"), "started": last.get("started"), "versions": then}
+    if now is not None:
+        ex.drift = {k: {"then": then.get(k), "now": now.get(k)} for k in DRIFT_KEYS if then.get(k) != now.get(k)}
+
+
+def _stale_paths(path: Path, scripts: list[str]) -> list[str]:
+    """Absolute paths named in the README, the launch scripts and config.json that do not exist."""
+    found = []
+    for name in ["README.md", *scripts, "config.json"]:
+        try:
+            text = (path / name).read_text(encoding="utf-8", errors="replace")[:TEXT_LIMIT]
+        except OSError:
+            continue
+        seen = set()
+        for match in _ABSOLUTE.finditer(text):
+            named = match.group(1).rstrip(".,;:)")
+            if named in seen or named.count("/") < 2 or Path(named).exists():
+                continue
+            seen.add(named)
+            found.append(f"{name}: names {named}, which does not exist")
+    return found
+
+
+def scan(folder: Path, now: dict | None) -> list[Example]:
+    """Every model directory (one holding config.json) directly in ``folder``, by name."""
+    if not folder.is_dir():
+        return []
+    return [read_example(p, now) for p in sorted(folder.iterdir()) if p.is_dir() and (p / "config.json").is_file()]
+
+
+def now_versions(python: str, timeout: float = 60.0) -> dict | None:
+    """The versions of ``python``'s environment (python, vllm, vllm_metax, transformers,
+    torch), asked of it with the offline probe's --versions; None when it does not answer."""
+    import subprocess
+
+    probe = Path(__file__).parent.parent / "probe" / "offline_probe.py"
+    try:
+        proc = subprocess.run([python, "-I", str(probe), "--versions"], capture_output=True, text=True, timeout=timeout,
+                              stdin=subprocess.DEVNULL)
+        return _versions(json.loads(proc.stdout.strip().splitlines()[-1]))
+    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
+        return None
