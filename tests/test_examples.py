@@ -5,7 +5,9 @@ against their manifest — from JSON, text and sizes, never weights."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
 import sys
 
 import pytest
@@ -96,3 +98,27 @@ def test_the_default_folder_and_the_text_view(workspace):
     assert r.returncode == 0, r.stderr
     assert "orphan" in r.stdout and "missing" in r.stdout and "0.31.0 → None" in r.stdout
     assert "launch script (shown, not run): serve.sh" in r.stdout
+
+
+def test_every_output_has_a_serve_script_that_survives_a_move(workspace, tmp_path):
+    """serve.sh runs the README's command for the folder it is in: moved, it serves the new
+    place (a stand-in `vllm` on PATH records what it was started with)."""
+    root, models = workspace
+    moved = tmp_path / "moved"
+    shutil.copytree(models / "weights", moved)
+    script = moved / "serve.sh"
+    assert os.access(script, os.X_OK)
+    readme = (moved / "README.md").read_text()
+    command = script.read_text().splitlines()[-1]
+    assert command.replace('"$MODEL_DIR"', str(models / "weights")).removesuffix(' "$@"') in readme
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "vllm").write_text('#!/bin/sh\nprintf "%s\\n" "$@" > "$RECORD"; echo "$CUDA_VISIBLE_DEVICES $HF_HUB_OFFLINE" >> "$RECORD"\n')
+    (bin_dir / "vllm").chmod(0o755)
+    record = tmp_path / "args"
+    env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", RECORD=str(record), PORT="8123", CUDA_VISIBLE_DEVICES="3")
+    r = subprocess.run([str(script), "--seed", "7"], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    args = record.read_text().splitlines()
+    assert args[:2] == ["serve", str(moved)] and args[args.index("--port") + 1] == "8123"
+    assert args[-3:] == ["--seed", "7", "3 1"]

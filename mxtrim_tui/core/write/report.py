@@ -80,6 +80,25 @@ def serve_command(plan: TrimPlan, out_dir: Path, mode: str, serve: BudgetInputs 
     return env + quoted
 
 
+SERVE_SCRIPT = "serve.sh"
+_HERE = "@@MXTRIM_OUTPUT_DIR@@"
+
+
+def serve_script(plan: TrimPlan, mode: str, serve: BudgetInputs | None = None) -> str:
+    """``serve.sh``: the report's serve command with its environment, serving the folder the
+    script is in (it survives a move of the output)."""
+    command = serve_command(plan, Path(_HERE), mode, serve).replace(shlex.quote(_HERE), '"$MODEL_DIR"')
+    return (
+        "#!/bin/sh\n"
+        "# Serve this reduced model with vLLM: the command of README.md, for the folder this script is in.\n"
+        "# Written by mxtrim. PORT, TP, GPU_MEMORY_UTILIZATION (where the command leaves them to the shell),\n"
+        "# CUDA_VISIBLE_DEVICES / MACA_VISIBLE_DEVICES override; arguments are passed on to vllm serve.\n"
+        "set -e\n"
+        'MODEL_DIR=$(cd "$(dirname "$0")" && pwd)\n'
+        f'{command} "$@"\n'
+    )
+
+
 def serve_settings(plan: TrimPlan, out_dir: Path, mode: str, serve: BudgetInputs | None = None) -> dict:
     """The ``serve`` object of ``mxtrim-plan.json``: the settings and the command the report shows."""
     s = serve or default_serve(plan)

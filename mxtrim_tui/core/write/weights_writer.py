@@ -46,7 +46,7 @@ from ..plan.layout import Extraction, asset_files, build_extraction, encodes_utf
 from ..read.source_pins import shard_pins
 from ..plan.build import TrimPlan
 from ..plan.needed_shards import weights_blocker
-from .report import render_report
+from .report import SERVE_SCRIPT, render_report
 from ..read.safetensors_io import read_header
 from ..read.source import INDEX_NAME, ModelSource, open_source
 from ..child_process import parent_death_signal, popen_exited, stop_group
@@ -69,6 +69,7 @@ from .writer import (
     temp_sibling,
     write_documents_and_assets,
     write_plan_json,
+    write_serve_script,
     write_failed,
     write_text,
 )
@@ -76,7 +77,7 @@ from .writer import (
 MANIFEST_NAME = "manifest.json"
 MANIFEST_SCHEMA = "mxtrim.manifest/2"  # /2: the hash is named ("hash"), xxh3_128 by default
 # Files mxtrim writes itself; a source asset of the same name is not copied over them.
-GENERATED = frozenset({SCRIPT_NAME, MANIFEST_NAME, PLAN_NAME, README_NAME, INDEX_NAME})
+GENERATED = frozenset({SCRIPT_NAME, MANIFEST_NAME, PLAN_NAME, README_NAME, INDEX_NAME, SERVE_SCRIPT})
 STRUCTURE_KIND = "structure"  # check_cache entries of the planned output's structure check
 SCRIPT_STOP_TIMEOUT = 10.0  # seconds the script gets to clean up after SIGTERM
 
@@ -486,9 +487,9 @@ def extraction_script(plan: TrimPlan, extraction: Extraction, digests: dict | No
 
 def weights_file_count(plan: TrimPlan, extraction: Extraction) -> int:
     """Files a real-weight output holds: shards, index, script, configs and assets, plan,
-    manifest, README."""
+    manifest, serve.sh, README."""
     index = 1 if extraction.index_text is not None else 0
-    return len(extraction.shards) + index + 1 + len(plan.new_documents) + len(asset_files(plan, GENERATED)) + 3
+    return len(extraction.shards) + index + 1 + len(plan.new_documents) + len(asset_files(plan, GENERATED)) + 4
 
 
 def extracted_files(extraction: Extraction) -> list[dict]:
@@ -575,7 +576,7 @@ def write_weights(
         timings["structure"] = time.monotonic() - t0
         _check_cancel(cancel)
 
-        files.append(events.add(write_plan_json(plan, tmp, out, "weights", serve)))
+        files += [events.add(write_plan_json(plan, tmp, out, "weights", serve)), events.add(write_serve_script(plan, tmp, "weights", serve))]
         manifest = _manifest(plan, out, done, digests, integrity, result, rows)
         files.append(events.add(_write_manifest(tmp, manifest, hash_name)))
         weights_info = {"integrity": integrity, "structure": result, "copy_method": done.get("method"),

@@ -22,7 +22,7 @@ from ..plan.layout import (
 )
 from ..plan.disk_budget import free_space_margin
 from ..plan.plan_json import plan_to_json
-from .report import render_report, serve_settings
+from .report import SERVE_SCRIPT, render_report, serve_script, serve_settings
 from ..read.source import FileKind
 from ..units import human_bytes
 from .leftovers import remove_leftovers, signals_held
@@ -37,7 +37,7 @@ NOT_COPIED_REASONS = {
 PLAN_NAME = "mxtrim-plan.json"
 README_NAME = "README.md"
 # Files a dummy trim writes itself; a source asset of the same name is not copied over them.
-DUMMY_GENERATED = frozenset({PLAN_NAME, README_NAME})
+DUMMY_GENERATED = frozenset({PLAN_NAME, README_NAME, SERVE_SCRIPT})
 # The most mxtrim's hidden temporaries add to the output's name: the extraction script's own
 # "..NAME.partial-PID.partial-PID" (PIDs of up to 7 digits).
 TEMP_NAME_EXTRA = len("..") + 2 * len(".partial-") + 2 * 7
@@ -258,6 +258,17 @@ def write_plan_json(plan: TrimPlan, target: Path, out: Path, mode: str, serve=No
     return {"path": PLAN_NAME, "kind": "trim plan", "bytes": size, "from": "written"}
 
 
+def write_serve_script(plan: TrimPlan, target: Path, mode: str, serve=None) -> dict:
+    """``serve.sh``, executable."""
+    size = write_text(target / SERVE_SCRIPT, serve_script(plan, mode, serve))
+    os.chmod(target / SERVE_SCRIPT, 0o755)
+    return serve_script_entry(size)
+
+
+def serve_script_entry(size: int) -> dict:
+    return {"path": SERVE_SCRIPT, "kind": "serve script", "bytes": size, "from": "written: the serve command, for the folder it is in"}
+
+
 def readme_entry(size: int) -> dict:
     return {"path": README_NAME, "kind": "report", "bytes": size, "from": "written"}
 
@@ -285,6 +296,7 @@ def estimate_dummy_bytes(plan: TrimPlan, out: Path, serve=None) -> int:
     files += [{"path": f.path, "kind": f.kind.value, "bytes": f.size, "from": copied_from(f)} for f in asset_files(plan, DUMMY_GENERATED)]
     plan_size = len(utf8(plan_json_text(plan, out, "dummy", serve)))
     files.append({"path": PLAN_NAME, "kind": "trim plan", "bytes": plan_size, "from": "written"})
+    files.append(serve_script_entry(len(utf8(serve_script(plan, "dummy", serve)))))
     readme = render_report(plan, out, "dummy", files, not_copied_files(plan, DUMMY_GENERATED), serve=serve)
     return sum(f["bytes"] for f in files) + len(utf8(readme))
 
@@ -309,6 +321,7 @@ def write_dummy(plan: TrimPlan, out: Path, *, progress=None, serve=None) -> Writ
         emit({"event": "stage", "name": "write", "status": "start", "temporary": str(tmp)})
         files, not_copied = write_documents_and_assets(plan, tmp, events, reserved=DUMMY_GENERATED)
         files.append(events.add(write_plan_json(plan, tmp, out, "dummy", serve)))
+        files.append(events.add(write_serve_script(plan, tmp, "dummy", serve)))
         readme = render_report(plan, out, "dummy", files, not_copied, serve=serve)
         files.append(events.add(readme_entry(write_text(tmp / README_NAME, readme))))
         rename_into_place(tmp, out)
