@@ -62,8 +62,9 @@ SMALL = {
 
 # Classes whose defaults do not build (they rely on a released config's values): the fields a
 # released checkpoint sets, as a function of the text depth; applied to the text config.
-def _every(n: int, other: str, every: str, period: int, offset: int = 0):
-    return lambda depth: [every if i % period == offset else other for i in range(depth)]
+def _every(depth: int, other: str, every: str, period: int, offset: int = 0) -> list[str]:
+    """A per-layer type list: ``every`` at the layers ``offset`` modulo ``period``, else ``other``."""
+    return [every if i % period == offset else other for i in range(depth)]
 
 
 OVERRIDES = {
@@ -71,10 +72,10 @@ OVERRIDES = {
     "hunyuan_v1_dense": lambda depth: {"head_dim": 16},
     "hunyuan_v1_moe": lambda depth: {"head_dim": 16},
     "hunyuan_vl": lambda depth: {"head_dim": 16},
-    "ministral": lambda depth: {"head_dim": 16, "layer_types": _every(depth, "full_attention", "sliding_attention", 4, 0)(depth)},
+    "ministral": lambda depth: {"head_dim": 16, "layer_types": _every(depth, "full_attention", "sliding_attention", 4, 0)},
     "nemotron": lambda depth: {"num_key_value_heads": 2},
     "dots1": lambda depth: {"n_shared_experts": 1, "first_k_dense_replace": 1},
-    "lfm2_moe": lambda depth: {"layer_types": _every(depth, "conv", "full_attention", 4, 3)(depth), "num_dense_layers": 1},
+    "lfm2_moe": lambda depth: {"layer_types": _every(depth, "conv", "full_attention", 4, 3), "num_dense_layers": 1},
     "deepseek_ocr2": lambda depth: {"mlp_layer_types": ["dense"] + ["sparse"] * (depth - 1)},
     "cohere_compass": lambda depth: {"rope_parameters": {t: {"rope_type": "default", "rope_theta": 10000.0}
                                                          for t in ("full_attention", "sliding_attention")}},

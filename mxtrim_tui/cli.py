@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from .core.errors import InputError
-from .core.units import DEFAULT_MAX_SHARD_BYTES
+from .core.units import DEFAULT_HASH, DEFAULT_MAX_SHARD_BYTES, HASHES
 
 # --flag -> parse_budget_inputs key: the serve settings written into the report's command.
 SERVE_FLAGS = {
@@ -134,7 +134,7 @@ def _add_trim(sub) -> None:
         "(required unless the plan file names it)",
     )
     tr.add_argument("--max-shard-size", type=parse_size, metavar="SIZE", help="weights mode: largest output shard (default 5GB)")
-    tr.add_argument("--hash", choices=("xxh3_128", "sha256"),
+    tr.add_argument("--hash", choices=HASHES,
                     help="weights mode: the digest every copied tensor is verified with and recorded under in manifest.json "
                          "(default xxh3_128, about 9x faster than sha256 here)")
     tr.add_argument("--progress", action="store_true", help="print progress events as JSON lines on stderr")
@@ -212,8 +212,7 @@ def _plan(request):
     plan = build_plan(inv, Selection.parse(keep, request.mtp))
     # checked against transformers in a child process (torch's memory goes back with it),
     # or from the verdict kept for these very inputs
-    child_request = {"source": str(request.source), "keep": keep, "mtp": request.mtp}
-    return checked_plan_cached(plan, force=request.force, request=child_request)
+    return checked_plan_cached(plan, force=request.force, request=request)
 
 
 def _serve_raw(args) -> dict[str, str]:
@@ -243,7 +242,7 @@ def _request(args):
             source=Path(os.path.abspath(args.source)), keep=tuple(args.keep) if args.keep else None, mtp=args.mtp, force=args.force,
             mode=args.mode, out=args.out, serve=_serve_raw(args), repo=args.repo,
             max_shard_bytes=getattr(args, "max_shard_size", None) or DEFAULT_MAX_SHARD_BYTES,
-            hash_name=getattr(args, "hash", None) or "xxh3_128",
+            hash_name=getattr(args, "hash", None) or DEFAULT_HASH,
         )
     given = [flag for flag, present in (("SRC", args.source), ("--keep", args.keep), ("--mtp/--no-mtp", args.mtp is not None),
                                         ("--force", args.force), ("--max-shard-size", args.max_shard_size), ("--hash", args.hash))
@@ -298,7 +297,7 @@ def cmd_plan(args) -> int:
     plan = _plan(request)
     from .core.plan.blockers import write_blockers
 
-    blocking = write_blockers(plan, _serve_inputs(plan, raw), "dummy")  # what a plan shows: no mode yet
+    blocking = write_blockers(plan, _serve_inputs(plan, raw), None)
     if args.fetch_list:
         from .core.plan.needed_shards import needed_shards
 
@@ -328,9 +327,8 @@ def cmd_plan(args) -> int:
 
 def _save_plan(request, plan, path: Path) -> None:
     from .core.plan.plan_file import plan_document, save_plan_document
-    from .core.plan.plan_json import plan_to_json
 
-    save_plan_document(plan_document(request, plan.inventory.source, plan_to_json(plan)), path)
+    save_plan_document(plan_document(request, plan), path)
     print(f"saved the plan to {path} (run it: mxtrim trim --plan {path})", file=sys.stderr)
 
 

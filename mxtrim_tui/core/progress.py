@@ -146,8 +146,6 @@ def parse_event(obj: dict) -> Event:
         default = f.default
         if f.name in obj and obj[f.name] is not None:
             values[f.name] = _coerce(obj[f.name], default)
-        elif cls is Stage and f.name == "summary":
-            values[f.name] = str(obj.get("summary") or obj.get("result") or "")
     return cls(raw=obj, **values)
 
 

@@ -2,6 +2,9 @@
 
 # The largest output shard unless the user says otherwise (huggingface_hub's "5GB").
 DEFAULT_MAX_SHARD_BYTES = 5_000_000_000
+# the digests a real-weight trim verifies and records every tensor with; the first is the default
+HASHES = ("xxh3_128", "sha256")
+DEFAULT_HASH = HASHES[0]
 
 
 def human_bytes(n: int | float) -> str:

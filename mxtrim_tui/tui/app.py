@@ -282,13 +282,10 @@ class MxtrimApp(App):
         """Check ``plan`` (the current one) as `mxtrim trim` will: in the check child, as the
         CLI does (torch never enters the wizard's process); the result replaces the plan if it
         is still current, and is remembered for the trim's own check."""
-        st = self.state
-        keep = st.keep_specs()
-        request = {"source": str(plan.inventory.source.root), "keep": list(keep) if keep else None, "mtp": st.mtp_choice()}
-        self._check_plan(plan, request)
+        self._check_plan(plan, self.state.trim_request())
 
     @work(thread=True, exclusive=True, group="check", exit_on_error=False)
-    def _check_plan(self, plan, request: dict) -> None:
+    def _check_plan(self, plan, request) -> None:
         from ..core.checks.plan_outcome import checked_plan_cached
 
         checked = checked_plan_cached(plan, request=request)

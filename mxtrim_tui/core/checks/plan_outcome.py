@@ -17,6 +17,8 @@ import hashlib
 
 from . import cache as check_cache
 from ..plan.build import Issue, Selection, TrimPlan, build_plan
+from ..plan.check_result import NOT_CHECKED, TransformersCheck
+from ..plan.plan_file import TrimRequest
 
 KIND = "plan"
 
@@ -66,7 +68,7 @@ def outcome_of(plan: TrimPlan, checked: TrimPlan) -> dict:
 
 def apply_outcome(plan: TrimPlan, outcome: dict) -> TrimPlan:
     """The checked plan, from ``plan`` and the check's outcome."""
-    from .transformers_plan import TransformersCheck, _mtp_choice, with_solution
+    from .transformers_plan import _mtp_choice, with_solution
 
     base = plan
     if outcome.get("text") is not None:
@@ -82,10 +84,10 @@ def apply_outcome(plan: TrimPlan, outcome: dict) -> TrimPlan:
     return dataclasses.replace(base, auto=dict(outcome["auto"]), issues=issues, transformers_check=check)
 
 
-def checked_plan_cached(plan: TrimPlan, *, force: bool = False, request: dict | None = None) -> TrimPlan:
-    """``checked_plan(plan, force=force)``, remembered. On a miss, with ``request`` (the
-    ``source``, ``keep`` specs and ``mtp`` choice ``plan`` was built from) the check runs in a
-    child process; without it, here."""
+def checked_plan_cached(plan: TrimPlan, *, force: bool = False, request: TrimRequest | None = None) -> TrimPlan:
+    """``checked_plan(plan, force=force)``, remembered. On a miss, with ``request`` (what
+    ``plan`` was built from: the source, ``--keep`` specs and MTP choice) the check runs in a
+    child process, which rebuilds the plan from it; without it, here."""
     digest = plan_key(plan, force)
     outcome = check_cache.load(KIND, digest)
     if outcome is not None:
@@ -97,10 +99,9 @@ def checked_plan_cached(plan: TrimPlan, *, force: bool = False, request: dict | 
         from .child import CheckChild
 
         child = CheckChild.shared()
-        outcome = child.ask(dict(request, op="plan", force=force))
+        keep = list(request.keep) if request.keep is not None else None
+        outcome = child.ask({"op": "plan", "source": str(request.source), "keep": keep, "mtp": request.mtp, "force": force})
         if outcome is None:
-            from .transformers_plan import NOT_CHECKED, TransformersCheck
-
             failed = TransformersCheck(NOT_CHECKED, f"the check's process failed ({child.last_words()})")
             return dataclasses.replace(plan, transformers_check=failed)
     else:

@@ -10,10 +10,11 @@ from .needed_shards import weights_blocker
 NO_WEIGHTS = "the source has no weights: only dummy mode applies"
 
 
-def write_blockers(plan: TrimPlan, serve: BudgetInputs | None, mode: str, repo: str | None = None) -> list[str]:
+def write_blockers(plan: TrimPlan, serve: BudgetInputs | None, mode: str | None, repo: str | None = None) -> list[str]:
     """Why the ``mode`` output of ``plan`` cannot be written, one phrase each (empty: it can):
     the plan's blocking errors with their fixes, serve settings vLLM would refuse at start-up,
-    and for real weights the source shards that are not on disk."""
+    and for real weights the source shards that are not on disk (``mode`` None: a plan, no
+    mode chosen yet)."""
     found = [i.message + (f" (fix: {i.fix})" if i.fix else "") for i in plan.errors]
     if serve is not None:
         found += [f"--{key}: {message}" for key, message in check_parallelism(plan, serve).items()]

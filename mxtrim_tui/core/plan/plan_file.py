@@ -20,14 +20,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import InputError
-from ..read.source import ModelSource
 from ..read.source_pins import pin_differences, source_pins
-from ..units import DEFAULT_MAX_SHARD_BYTES
+from ..units import DEFAULT_HASH, DEFAULT_MAX_SHARD_BYTES, HASHES
+from ..user_settings import state_dir
 from ..version import mxtrim_version
+from .plan_json import plan_to_json
 
 SCHEMA = "mxtrim.plan-file/1"
 MODES = ("dummy", "weights")
-HASHES = ("xxh3_128", "sha256")
 # The serve settings a plan file may hold, as the CLI's flags and the budget step name them.
 SERVE_KEYS = ("tp", "pp", "dp", "max_model_len", "max_num_seqs", "max_num_batched_tokens", "gpu_memory_utilization",
               "kv_cache_dtype", "gpu_gib", "expert_parallel")
@@ -45,17 +45,18 @@ class TrimRequest:
     out: Path | None = None
     serve: dict = field(default_factory=dict)  # SERVE_KEYS -> the value as typed (expert_parallel: bool)
     max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES
-    hash_name: str = "xxh3_128"
+    hash_name: str = DEFAULT_HASH
     repo: str | None = None
 
 
-def plan_document(request: TrimRequest, src: ModelSource, review: dict) -> dict:
-    """The plan file of ``request`` on the source ``src`` (opened from ``request.source``);
-    ``review``: the plan as ``plan_to_json`` gives it, of which the readable parts are kept."""
+def plan_document(request: TrimRequest, plan) -> dict:
+    """The plan file of ``request``, whose plan (built from ``request.source``) is ``plan``;
+    of the plan's JSON the readable parts are kept for review."""
+    review = plan_to_json(plan)
     return {
         "schema": SCHEMA,
         "written_by": f"mxtrim {mxtrim_version()}",
-        "source": {"path": str(Path(os.path.abspath(request.source))), "pins": source_pins(src)},
+        "source": {"path": str(Path(os.path.abspath(request.source))), "pins": source_pins(plan.inventory.source)},
         "selection": {"keep": list(request.keep) if request.keep is not None else None, "mtp": request.mtp, "force": request.force},
         "mode": request.mode,
         "output": str(request.out) if request.out is not None else None,
@@ -67,15 +68,19 @@ def plan_document(request: TrimRequest, src: ModelSource, review: dict) -> dict:
 
 
 def save_plan_document(doc: dict, path: Path) -> None:
-    """Write ``doc`` at ``path``, never over an existing file (written beside it, then linked
-    into place, so a reader never sees half of it)."""
-    path = Path(path)
+    """Write ``doc`` at ``path``, never over an existing file."""
+    _write_new(_text(doc), Path(path))
+
+
+def _write_new(text: str, path: Path) -> None:
+    """``text`` at ``path``, never over an existing file (written beside it, then linked into
+    place, so a reader never sees half of it)."""
     if path.exists() or path.is_symlink():
         raise InputError(path, "already exists; refusing to overwrite (choose another --save)")
     if not path.parent.is_dir():
         raise InputError(path.parent, "directory not found")
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(_text(doc), encoding="utf-8")
+    tmp.write_text(text, encoding="utf-8")
     try:
         os.link(tmp, path)  # fails if the name appeared meanwhile: nothing is overwritten
     except FileExistsError:
@@ -88,19 +93,15 @@ def keep_plan_file(request: TrimRequest, plan) -> Path:
     """Save the plan file of a wizard write under ``$XDG_STATE_HOME/mxtrim/plans/`` and return
     its path. Named after the model, the mode and the digest of its text: the same write asked
     again reuses the same file, another one never touches it."""
-    from ..user_settings import state_dir
-    from .plan_json import plan_to_json
-
-    doc = plan_document(request, plan.inventory.source, plan_to_json(plan))
-    digest = hashlib.sha256(_text(doc).encode("utf-8")).hexdigest()[:12]
+    text = _text(plan_document(request, plan))
     folder = state_dir() / "plans"
     folder.mkdir(parents=True, exist_ok=True)
     name = re.sub(r"[^A-Za-z0-9._-]+", "-", plan.inventory.model_name).strip("-") or "model"
-    path = folder / f"{name}-{request.mode}-{digest}.json"
+    path = folder / f"{name}-{request.mode}-{hashlib.sha256(text.encode('utf-8')).hexdigest()[:12]}.json"
     try:
-        save_plan_document(doc, path)
+        _write_new(text, path)
     except InputError:
-        if not (path.is_file() and path.read_text(encoding="utf-8") == _text(doc)):
+        if not (path.is_file() and path.read_text(encoding="utf-8") == text):
             raise
     return path
 
@@ -144,7 +145,7 @@ def load_plan_document(path: Path) -> tuple[TrimRequest, dict]:
     serve = doc.get("serve") or {}
     if not isinstance(serve, dict) or set(serve) - set(SERVE_KEYS):
         raise bad("serve", f"an object of {', '.join(SERVE_KEYS)}")
-    shard_bytes, hash_name = options.get("max_shard_bytes", DEFAULT_MAX_SHARD_BYTES), options.get("hash", "xxh3_128")
+    shard_bytes, hash_name = options.get("max_shard_bytes", DEFAULT_MAX_SHARD_BYTES), options.get("hash", DEFAULT_HASH)
     if not isinstance(shard_bytes, int) or isinstance(shard_bytes, bool) or shard_bytes <= 0 or hash_name not in HASHES:
         raise bad("options", f"max_shard_bytes a positive integer and hash one of {', '.join(HASHES)}")
     request = TrimRequest(

@@ -50,8 +50,8 @@ def source_pins(src: ModelSource) -> dict:
     """The whole directory pinned: ``{"shards": {rel: [sha256, header bytes, file bytes]},
     "absent_shards": [rel...], "files": {rel: "sha256:..." | "size:N"}}``."""
     shards = {rel: pin.to_json() for rel, pin in shard_pins(src, sorted(src.shards)).items()}
-    files = {f.path: _file_pin(src.root / f.path, f.size) for f in src.files
-             if f.path not in src.shards and not f.never_copy and (src.root / f.path).is_file()}
+    # never_copy marks what is not a readable regular file (broken links, fifos...)
+    files = {f.path: _file_pin(src.root / f.path, f.size) for f in src.files if f.path not in src.shards and not f.never_copy}
     return {"shards": shards, "absent_shards": sorted(src.absent_shards), "files": dict(sorted(files.items()))}
 
 

@@ -161,9 +161,10 @@ def now_versions(python: str, timeout: float = 60.0) -> dict | None:
     torch), asked of it with the offline probe's --versions; None when it does not answer."""
     import subprocess
 
-    probe = Path(__file__).parent.parent / "probe" / "offline_probe.py"
+    from ..probe import OFFLINE_PROBE
+
     try:
-        proc = subprocess.run([python, "-I", str(probe), "--versions"], capture_output=True, text=True, timeout=timeout,
+        proc = subprocess.run([python, "-I", str(OFFLINE_PROBE), "--versions"], capture_output=True, text=True, timeout=timeout,
                               stdin=subprocess.DEVNULL)
         return _versions(json.loads(proc.stdout.strip().splitlines()[-1]))
     except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):

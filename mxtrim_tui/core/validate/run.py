@@ -18,8 +18,8 @@ from . import requests as rq
 from .classify import classify
 from .serve import ServeOptions, Server, free_port, interrupting_signals, output_quantization, output_text_config, serve_argv, serve_env
 from .vllm_log import spec_counts_from_log
+from ..probe import OFFLINE_PROBE
 
-PROBE = Path(__file__).parent.parent / "probe" / "offline_probe.py"  # run by the target interpreter
 PASSED, FAILED, UNVERIFIED, NOT_APPLICABLE = "passed", "failed", "unverified", "not applicable"
 NOT_COMPARABLE, DIFFERS = "not comparable", "differs"  # neither passed nor failed
 # the server checks, in the order they run; every validation lists each of them
@@ -124,7 +124,7 @@ def read_output(out: Path) -> dict:
 def offline_checks(out: Path, python: str, trust_remote_code: bool, timeout: float = 300.0) -> tuple[dict, list[Row]]:
     """Environment and offline rows, from a subprocess of the target interpreter in isolated
     mode (nothing from the current directory or the output is imported)."""
-    argv = [python, "-I", str(PROBE), str(out), "1" if trust_remote_code else "0", "1"]
+    argv = [python, "-I", str(OFFLINE_PROBE), str(out), "1" if trust_remote_code else "0", "1"]
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
     except FileNotFoundError:

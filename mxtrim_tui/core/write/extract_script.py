@@ -212,7 +212,6 @@ class Digests:
     digest's check; one object where both use the same hash."""
 
     def __init__(self, event_hash, check_hash):
-        self.event_hash, self.check_hash = event_hash, check_hash
         self.objects = {name: new_hash(name) for name in {event_hash, check_hash} if name}
 
     def update(self, data):

@@ -60,9 +60,10 @@ def _serve_args(plan: TrimPlan, serve: BudgetInputs | None) -> list[str]:
     return args
 
 
-def serve_command(plan: TrimPlan, out_dir: Path, mode: str, serve: BudgetInputs | None = None) -> str:
+def serve_command(plan: TrimPlan, out_dir: Path | str, mode: str, serve: BudgetInputs | None = None) -> str:
     """The ``vllm serve`` command of the report; ``serve``: literal settings (else TP and the
-    memory utilisation are shell variables with defaults)."""
+    memory utilisation are shell variables with defaults). ``out_dir`` may be a shell word
+    already (``"$MODEL_DIR"`` in serve.sh)."""
     args = ["vllm", "serve", str(out_dir), "--host", "127.0.0.1", "--port", "${PORT:-8000}"]
     if mode == "dummy":
         args[3:3] = ["--load-format", "dummy"]
@@ -72,7 +73,7 @@ def serve_command(plan: TrimPlan, out_dir: Path, mode: str, serve: BudgetInputs 
         args += ["--speculative-config", json.dumps(MTP_SPECULATIVE, separators=(",", ":"))]
     if plan.inventory.source.custom_code_present and plan.inventory.source.config.get("auto_map"):
         args.append("--trust-remote-code")
-    quoted = " ".join(a if a.startswith("${") else shlex.quote(a) for a in args)
+    quoted = " ".join(a if a.startswith(("${", '"$')) else shlex.quote(a) for a in args)  # shell words kept as written
     env = (
         'CUDA_VISIBLE_DEVICES="${CUDA_VISIBLE_DEVICES:-0}" MACA_VISIBLE_DEVICES="${MACA_VISIBLE_DEVICES:-${CUDA_VISIBLE_DEVICES:-0}}" \\\n'
         "HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 \\\n"
@@ -81,13 +82,12 @@ def serve_command(plan: TrimPlan, out_dir: Path, mode: str, serve: BudgetInputs 
 
 
 SERVE_SCRIPT = "serve.sh"
-_HERE = "@@MXTRIM_OUTPUT_DIR@@"
 
 
 def serve_script(plan: TrimPlan, mode: str, serve: BudgetInputs | None = None) -> str:
     """``serve.sh``: the report's serve command with its environment, serving the folder the
     script is in (it survives a move of the output)."""
-    command = serve_command(plan, Path(_HERE), mode, serve).replace(shlex.quote(_HERE), '"$MODEL_DIR"')
+    command = serve_command(plan, '"$MODEL_DIR"', mode, serve)
     return (
         "#!/bin/sh\n"
         "# Serve this reduced model with vLLM: the command of README.md, for the folder this script is in.\n"

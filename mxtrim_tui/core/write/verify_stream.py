@@ -23,9 +23,8 @@ from pathlib import Path
 import xxhash
 
 from ..plan.layout import Extraction, TensorCopy
+from ..units import DEFAULT_HASH, HASHES
 
-HASHES = ("xxh3_128", "sha256")
-DEFAULT_HASH = "xxh3_128"
 READ_BUFFER = 1 << 20  # per reading thread
 EDGE = 4096  # bytes at each end of every tensor compared with the source by mxtrim itself
 POLL = 0.002  # seconds between looks at a shard the script is still writing
