@@ -155,6 +155,8 @@ def _add_others(sub) -> None:
     va.add_argument("output", metavar="OUT", help="a directory written by mxtrim trim")
     validation_args(va)
     va.add_argument("--tp", type=int, default=1, metavar="N", help="tensor parallel size (default 1)")
+    va.add_argument("--ep", "--enable-expert-parallel", dest="expert_parallel", action="store_true", default=None,
+                    help="serve with expert parallelism (default: the output's serve settings)")
     va.add_argument("--max-model-len", type=int, metavar="N", help="context of the server (default: 256 on CPU, the output's serve settings on GPU)")
     va.add_argument("--json", action="store_true", help="print the validation as JSON (schema mxtrim.validation/1)")
     va.add_argument("--progress", action="store_true", help="print events (checks, server log lines, requests) as JSON lines on stderr")
@@ -522,6 +524,7 @@ def _serve_options(args, out: Path, plan_doc: dict):
         device_note=choice.note,
         refused=choice.refused,
         tp=tp,
+        expert_parallel=bool(getattr(args, "expert_parallel", None) or serve.get("expert_parallel")),
         max_model_len=int(getattr(args, "max_model_len", None) or (256 if cpu else serve.get("max_model_len") or 4096)),
         gpu_memory_utilization=None if cpu else float(serve.get("gpu_memory_utilization") or DEFAULT_GPU_MEMORY_UTILIZATION),
         kv_cache_memory_bytes=args.kv_cache_memory_bytes or (64 * 2**20 if cpu else None),

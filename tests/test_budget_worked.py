@@ -148,9 +148,15 @@ def test_expert_parallel_puts_whole_experts_on_each_rank_and_pp_splits_layers(sp
     errors = check_parallelism(plan, BudgetInputs(tp=3, expert_parallel=True))
     assert "256 routed experts do not split over EP = TP × DP = 3 ranks" in errors["ep"]
     assert check_parallelism(plan, BudgetInputs(tp=4, dp=2, expert_parallel=True)) == {}
-    # 2048 / 32 = 64 rows per rank cannot hold whole 128 × 128 FP8 blocks
-    assert "moe_intermediate_size 2048 / TP=32 = 64 is not divisible by the quantization block size 128" in check_parallelism(
-        plan, BudgetInputs(tp=32))["tp"]
+    # 2048 / 32 = 64 rows per rank cannot hold whole 128 × 128 FP8 blocks, nor 18432 / 32 = 576
+    tp32 = check_parallelism(plan, BudgetInputs(tp=32))["tp"]
+    assert "model.layers.N.mlp.experts.E.gate_proj: 2048 output rows / TP=32 = 64, not whole 128×128 blocks" in tp32
+    assert "model.layers.N.mlp.experts.E.down_proj: 2048 input columns / TP=32 = 64" in tp32
+    assert "model.layers.N.mlp.down_proj: 18432 input columns / TP=32 = 576" in tp32
+    assert "self_attn" not in tp32 and tp32.endswith("fix: a smaller TP, or expert parallelism")
+    # expert parallelism keeps routed experts whole; the shared experts and dense MLPs still split
+    ep32 = check_parallelism(plan, BudgetInputs(tp=32, expert_parallel=True))["tp"]
+    assert ".experts.E." not in ep32 and "model.layers.N.mlp.shared_experts.up_proj: 2048 output rows / TP=32 = 64" in ep32
 
 
 def test_glm5_trim_reproduces_the_public_hand_estimate(sparse):

@@ -123,7 +123,9 @@ def test_trim_writes_the_chosen_serve_settings(demo, tmp_path):
     # TP=2 splits the 384-wide FP8 MLP into 192 rows, which vLLM refuses (block_n 128): refused here first
     refused = run_cli("trim", str(demo), "--mode", "dummy", "--out", str(tmp_path / "tp2"), "--tp", "2")
     assert refused.returncode == 1 and not (tmp_path / "tp2").exists()
-    assert "intermediate_size 384 / TP=2 = 192 is not divisible by the quantization block size 128" in refused.stderr
+    assert "model.layers.N.mlp.gate_proj: 384 output rows / TP=2 = 192, not whole 128×128 blocks" in refused.stderr
+    # and the attention: 4 heads × v_head_dim 32 = 128 columns, 64 per rank (vLLM refuses o_proj too)
+    assert "model.layers.N.self_attn.o_proj: 128 input columns / TP=2 = 64" in refused.stderr
 
 
 @pytest.mark.slow

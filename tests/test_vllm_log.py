@@ -22,6 +22,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from decimal import Decimal
+
 import pytest
 
 from mxtrim_tui.core.validate.vllm_log import StartupFigures, iter_file, last_run, message, parse_startup
@@ -235,6 +237,25 @@ def test_first_rank_counts_and_every_line_is_kept():
     ]
     got = parse_startup(lines)
     assert got.weights_bytes == int(7.5 * GIB) and got.source_lines == tuple(lines)
+    assert got.weights_by_rank == {"TP0": int(7.5 * GIB), "TP1": int(7.6 * GIB)}
+
+
+def test_each_workers_figures_by_its_tag():
+    """vLLM tags each worker's lines with its ranks (Worker_TP1_EP1 under expert parallelism;
+    nested under the engine's tag through its output pipe); a lone worker is "0"."""
+    lines = [
+        "(EngineCore_DP0 pid=9) (Worker_TP0_EP0 pid=11) INFO 05-14 10:02:01 [gpu_model_runner.py:5150] " + MODEL_LOADING % ("0.42", 9.0),
+        "(Worker_TP1_EP1 pid=12) INFO 05-14 10:02:01 [gpu_model_runner.py:5150] " + MODEL_LOADING % ("0.41", 9.1),
+        "(Worker_TP1_EP1 pid=12) INFO 05-14 10:02:09 [gpu_worker.py:436] Available KV cache memory: 98.5 GiB",
+        "(Worker_TP0_EP0 pid=11) INFO 05-14 10:02:09 [gpu_worker.py:436] Available KV cache memory: 98.49 GiB",
+    ]
+    got = parse_startup(lines)
+    gib = lambda text: round(Decimal(text) * GIB)  # noqa: E731
+    assert got.weights_by_rank == {"TP0_EP0": gib("0.42"), "TP1_EP1": gib("0.41")}
+    assert got.available_kv_by_rank == {"TP1_EP1": gib("98.5"), "TP0_EP0": gib("98.49")}
+    assert got.available_kv_bytes == gib("98.5")  # the first line counts
+    alone = parse_startup(["(Worker pid=3) INFO 05-14 10:02:01 [gpu_model_runner.py:5150] " + MODEL_LOADING % ("1.00", 2.0)])
+    assert alone.weights_by_rank == {"0": GIB}
 
 
 def test_other_devices_are_named_by_the_kv_size_line():

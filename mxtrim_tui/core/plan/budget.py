@@ -28,7 +28,7 @@ from ..model.families.base import CHUNKED, DSA_FULL, DSA_SHARED, FULL, KV_SHARED
 from ..model.quant import config_dtype
 from ..read.safetensors_io import DTYPE_BITS
 from .build import TrimPlan, text_config
-from .partition import RankWeights, rank_weights
+from .partition import RankWeights, block_split_problems, rank_weights
 
 
 @dataclass(frozen=True)
@@ -350,8 +350,26 @@ def check_parallelism(plan: TrimPlan, inputs: BudgetInputs) -> dict[str, str]:
     if has_moe and inputs.expert_parallel and experts % ep:
         errors["ep"] = (f"{experts} routed experts do not split over EP = TP × DP = {ep} ranks "
                         f"(fix: TP × DP dividing {experts}, or no expert parallelism)")
+    problems += _quantized_split_problems(plan, cfg, tp, bool(has_moe), inputs.expert_parallel)
+    if problems:
+        errors["tp"] = "; ".join(problems)
+    if inputs.pp > plan.new_depth:
+        errors["pp"] = f"PP={inputs.pp} exceeds the {plan.new_depth} kept text layer{'s' if plan.new_depth != 1 else ''}"
+    return errors
+
+
+def _quantized_split_problems(plan: TrimPlan, cfg: dict, tp: int, has_moe: bool, expert_parallel: bool) -> list[str]:
+    """TP shares that are not whole quantization blocks / groups. Block FP8 with its tensors on
+    disk: every retained FP8 weight by its header shape (``partition.block_split_problems``);
+    otherwise the MLP widths of the config."""
+    block_size = (plan.inventory.quantization.config.get("weight_block_size") if plan.inventory.quantization else None)
+    if tp > 1 and isinstance(block_size, list) and len(block_size) == 2 and any(
+            plan.inventory.source.is_present(old) for old, _ in plan.renames):
+        found = block_split_problems(plan, tp, expert_parallel, (int(block_size[0]), int(block_size[1])))
+        return found + ([f"fix: a smaller TP{', or expert parallelism' if has_moe and not expert_parallel else ''}"] if found else [])
+    problems = []
     sizes = [("intermediate_size", first_int(cfg, "intermediate_size"))]
-    if has_moe and not inputs.expert_parallel:
+    if has_moe and not expert_parallel:
         sizes.append(("moe_intermediate_size", first_int(cfg, "moe_intermediate_size", "expert_intermediate_size")))
     block = _quant_block(plan)
     for field_name, size in sizes:
@@ -362,11 +380,7 @@ def check_parallelism(plan: TrimPlan, inputs: BudgetInputs) -> dict[str, str]:
         elif block and tp > 1 and (size // tp) % block[1]:
             problems.append(f"{field_name} {size} / TP={tp} = {size // tp} is not divisible by the quantization "
                             f"{block[0]} {block[1]} (fix: a smaller TP" + (", or expert parallelism)" if field_name.startswith("moe") else ")"))
-    if problems:
-        errors["tp"] = "; ".join(problems)
-    if inputs.pp > plan.new_depth:
-        errors["pp"] = f"PP={inputs.pp} exceeds the {plan.new_depth} kept text layer{'s' if plan.new_depth != 1 else ''}"
-    return errors
+    return problems
 
 
 def _quant_block(plan: TrimPlan) -> tuple[str, int] | None:

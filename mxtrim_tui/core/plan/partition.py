@@ -130,6 +130,27 @@ class RankWeights:
     by_kind: dict[str, int] = field(default_factory=dict)  # partitioning -> bytes on that GPU (busiest stage)
     total_bytes: int = 0  # every retained tensor once
     unknown_tensors: int = 0  # retained tensors whose shard is not on disk: not counted
+    plain_stage_bytes: list[int] = field(default_factory=list)  # per stage: one TP rank's share, experts aside under EP
+    expert_rank_bytes: list[list[int]] = field(default_factory=list)  # per stage, per EP rank: its experts
+
+    def worker_bytes(self, pp_rank: int = 0, tp_rank: int = 0, dp_rank: int = 0) -> int:
+        """Bytes on one worker: its stage's TP share (the largest, where a split is uneven)
+        plus, under expert parallelism, the experts of its EP rank (``dp_rank × tp + tp_rank``)."""
+        stage = min(pp_rank, len(self.plain_stage_bytes) - 1)
+        experts = self.expert_rank_bytes[stage]
+        ep_rank = (dp_rank * self.tp + tp_rank) % len(experts)
+        return self.plain_stage_bytes[stage] + (experts[ep_rank] if self.ep > 1 else 0)
+
+    def by_worker(self) -> dict[str, int]:
+        """Bytes per worker of the first DP replica, keyed as vLLM tags its workers' log lines
+        without ``Worker_`` (``"TP1"``, ``"PP1_TP0"``, ``"TP0_EP0"``; ``"0"`` for one GPU)."""
+        out = {}
+        for p in range(self.pp):
+            for t in range(self.tp):
+                parts = (["DP0"] if self.dp > 1 else []) + ([f"PP{p}"] if self.pp > 1 else []) \
+                    + ([f"TP{t}"] if self.tp > 1 else []) + ([f"EP{t}"] if self.ep > 1 else [])
+                out["_".join(parts) or "0"] = self.worker_bytes(p, t)
+        return out
 
     @property
     def per_gpu(self) -> int:
@@ -188,7 +209,7 @@ def rank_weights(plan, tp: int = 1, pp: int = 1, dp: int = 1, expert_parallel: b
     kinds = dict(by_kind[busiest])
     if ep > 1 and max(expert_rank[busiest]):
         kinds[EXPERT] = max(expert_rank[busiest])
-    return RankWeights(tp, len(stages), dp, ep, stage_bytes, kinds, total, unknown)
+    return RankWeights(tp, len(stages), dp, ep, stage_bytes, kinds, total, unknown, plain, expert_rank)
 
 
 def _expert_share(name: str, shape: tuple, nbytes: int, experts: int | None, ep: int) -> list[int]:
@@ -204,3 +225,45 @@ def _expert_share(name: str, shape: tuple, nbytes: int, experts: int | None, ep:
         return [per * c for c in counts]
     return [nbytes] * ep
 
+
+
+_LAYER_NUMBER = re.compile(r"\.\d+\.")
+
+
+def block_split_problems(plan, tp: int, expert_parallel: bool, block: tuple[int, int]) -> list[str]:
+    """The retained block-quantized weights whose TP share is not whole quantization blocks,
+    as vLLM refuses them at start-up (``validate_fp8_block_shape``: a column-parallel share of
+    the output rows must be a multiple of ``block_n``, a row-parallel share of the input columns
+    of ``block_k``; routed experts the same without expert parallelism, whole with it). Read
+    from the tensors' header shapes: attention projections, dense MLPs, shared and routed
+    experts alike. One line per distinct module (layer numbers folded to N)."""
+    if tp <= 1:
+        return []
+    src = plan.inventory.source
+    cfg = text_config(plan)
+    kv_heads = first_int(cfg, "num_key_value_heads") or first_int(cfg, "num_attention_heads") or 1
+    block_n, block_k = block
+    seen: dict[str, str] = {}
+    for old, new in plan.renames:
+        if not new.endswith(".weight") or not src.is_present(old):
+            continue
+        info = src.tensor(old)
+        if not str(info.dtype).startswith("F8") or len(info.shape) != 2:
+            continue
+        kind = partition_of(new)
+        if kind in (REPLICATED, VOCAB) or (kind == EXPERT and expert_parallel):
+            continue
+        rows, cols = info.shape
+        column = kind in (COLUMN, KV) or (kind == EXPERT and _is_column_expert(new))
+        if column:
+            share = rows // kv_heads if (kind == KV and kv_heads < tp) else rows // tp
+            what, unit = f"{rows} output rows", block_n
+        else:
+            share, what, unit = cols // tp, f"{cols} input columns", block_k
+        if share % unit:
+            module = _LAYER_NUMBER.sub(".N.", new[: -len(".weight")])
+            seen.setdefault(_EXPERT_FOLD.sub(".experts.E.", module), f"{what} / TP={tp} = {share}")
+    return [f"{module}: {text}, not whole {block_n}×{block_k} blocks" for module, text in seen.items()]
+
+
+_EXPERT_FOLD = re.compile(r"\.experts\.N\.")

@@ -17,6 +17,13 @@ UNKNOWN = "unclassified"
 
 # (class, pattern, advice) in order of precedence: the first class with evidence wins.
 RULES: list[tuple[str, re.Pattern, str]] = [
+    # the parallel layout cuts a block-quantized layer between quantization blocks (vLLM's
+    # ``validate_fp8_block_shape`` and its FP8 MoE method): the serve settings, not the trim
+    (CONFIGURATION, re.compile(
+        r"(?i)is not divisible by weight quantization block|not divisible by (?:the )?(?:weight )?(?:quantization )?block_[nk]"),
+     "the tensor-parallel size splits a block-quantized layer into pieces that are not whole quantization blocks: "
+     "serve with a smaller --tensor-parallel-size (experts: or --enable-expert-parallel); `mxtrim plan SRC --tp N` "
+     "names each layer that would not split"),
     # this vLLM build (its platform, its kernels, the dtype it serves) cannot run the output's
     # quantization: the trim is not at fault, and no change to it would help
     (QUANT_BUILD, re.compile(

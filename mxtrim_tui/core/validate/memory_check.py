@@ -30,8 +30,8 @@ def predict(out: Path, opts, gpu_total_bytes: int | None = None) -> dict:
     text = inv.text
     depth = len(text.layers) if text else 0
     plan = build_plan(inv, Selection({"text": tuple(range(depth))}, mtp=bool(opts.speculative_mtp)))
-    weights = source_weights(out, opts) if not inv.source.shards else None
-    inputs = BudgetInputs(tp=opts.tp, pp=opts.pp, max_model_len=opts.max_model_len, max_num_seqs=opts.max_num_seqs,
+    source_ranks = source_weights(out, opts) if not inv.source.shards else None
+    inputs = BudgetInputs(tp=opts.tp, pp=opts.pp, expert_parallel=opts.expert_parallel, max_model_len=opts.max_model_len, max_num_seqs=opts.max_num_seqs,
                           max_num_batched_tokens=batched_tokens(opts),
                           gpu_memory_utilization=opts.gpu_memory_utilization or VLLM_GPU_MEMORY_UTILIZATION, gpu_total_bytes=gpu_total_bytes,
                           kv_cache_dtype=opts.dtype if opts.dtype == "float32" else "auto")
@@ -46,10 +46,10 @@ def predict(out: Path, opts, gpu_total_bytes: int | None = None) -> dict:
             tokens = max(0, available - b.state_bytes_per_seq * opts.max_num_seqs) // b.kv_per_token // BLOCK_SIZE * BLOCK_SIZE
             concurrency = tokens / opts.max_model_len
     # weights as stored (the CPU build, which serves float32, logs no weights figure)
-    weights_bytes = b.weights_per_gpu if inv.source.shards else weights
-    return {"weights_bytes": weights_bytes, "available_kv_bytes": available, "kv_tokens": tokens,
-            "max_concurrency": concurrency,
-            "kv_bytes_per_token": b.kv_per_token}
+    ranks = b.ranks if inv.source.shards else source_ranks
+    return {"weights_bytes": ranks.per_gpu if ranks else None, "available_kv_bytes": available, "kv_tokens": tokens,
+            "max_concurrency": concurrency, "kv_bytes_per_token": b.kv_per_token,
+            "weights_by_rank": ranks.by_worker() if ranks else {}}
 
 
 def kv_block_size(device: str, mla: bool) -> int:
@@ -107,10 +107,10 @@ def vllm_kv_capacity(plan, budget, opts, available: int) -> tuple[int, float] | 
     return int(concurrency * context), concurrency
 
 
-def source_weights(out: Path, opts) -> int | None:
+def source_weights(out: Path, opts):
     """A dummy output holds no weights: what vLLM allocates for it is what the kept tensors of
-    its source take (the plan re-made from the source it names, for the served TP / PP);
-    None when that source is gone or names no tensors."""
+    its source take (the plan re-made from the source it names, for the served TP / PP / EP),
+    as a ``RankWeights``; None when that source is gone or names no tensors."""
     import json
 
     from ..model.inventory import build_inventory
@@ -129,8 +129,9 @@ def source_weights(out: Path, opts) -> int | None:
         return None
     if plan.errors:
         return None
-    b = compute_budget(plan, BudgetInputs(tp=opts.tp, pp=opts.pp, max_model_len=opts.max_model_len, max_num_seqs=opts.max_num_seqs))
-    return b.weights_per_gpu
+    b = compute_budget(plan, BudgetInputs(tp=opts.tp, pp=opts.pp, expert_parallel=opts.expert_parallel,
+                                          max_model_len=opts.max_model_len, max_num_seqs=opts.max_num_seqs))
+    return b.ranks
 
 
 def compare(predicted: dict, actual: StartupFigures) -> dict:
@@ -147,25 +148,46 @@ def compare(predicted: dict, actual: StartupFigures) -> dict:
             agrees = abs(p - a) <= rounding or (ratio is not None and abs(ratio - 1) <= WITHIN)
         rows[key] = {"predicted": p, "actual": a, "ratio": round(ratio, 4) if ratio is not None else None,
                      "agrees": agrees, "log_rounding": rounding or None}
-    compared = [r["agrees"] for r in rows.values() if r["agrees"] is not None]
-    return {"figures": rows, "device": actual.device, "kv_bytes_per_token": predicted.get("kv_bytes_per_token"),
+    per_rank = _per_rank(predicted.get("weights_by_rank") or {}, actual)
+    compared = [r["agrees"] for r in [*rows.values(), *per_rank.values()] if r["agrees"] is not None]
+    return {"figures": rows, "weights_by_rank": per_rank, "device": actual.device, "kv_bytes_per_token": predicted.get("kv_bytes_per_token"),
             "compared": len(compared), "agree": all(compared) if compared else None, "log_lines": list(actual.source_lines)}
 
 
+def _per_rank(predicted: dict, actual: StartupFigures) -> dict:
+    """Each worker's logged weights against its prediction (only where more than one worker
+    logged: a lone worker's figure is the ``weights_bytes`` row)."""
+    if len(actual.weights_by_rank) < 2:
+        return {}
+    rounding = actual.rounding_bytes.get("weights_bytes", 0)
+    out = {}
+    for rank, a in sorted(actual.weights_by_rank.items()):
+        p = predicted.get(rank)
+        ratio = p / a if (p is not None and a) else None
+        agrees = None if p is None else (abs(p - a) <= rounding or (ratio is not None and abs(ratio - 1) <= WITHIN))
+        out[rank] = {"predicted": p, "actual": a, "ratio": round(ratio, 4) if ratio is not None else None,
+                     "agrees": agrees, "log_rounding": rounding or None}
+    return out
+
+
 def summary(check: dict) -> str:
-    """One line: each compared figure, predicted / actual and the ratio."""
+    """One line: each compared figure, predicted / actual and the ratio; with several workers,
+    each one's weights."""
     names = {"weights_bytes": "weights", "available_kv_bytes": "KV memory", "kv_tokens": "KV tokens", "max_concurrency": "concurrency"}
-    parts = []
-    for key, row in check["figures"].items():
-        if row["actual"] is None:
-            continue
-        verdict = {True: "agrees", False: "DISAGREES", None: "not compared"}[row["agrees"]]
-        if row["agrees"] and row.get("log_rounding") and row["ratio"] is not None and abs(row["ratio"] - 1) > WITHIN:
-            verdict = "agrees within the log's rounding"
-        parts.append(f"{names[key]} {_shown(key, row['predicted'])} predicted / {_shown(key, row['actual'])} logged"
-                     + (f" ({row['ratio']:.2f}×, {verdict})" if row["ratio"] is not None else f" ({verdict})"))
+    parts = [f"{names[key]} {_compared(key, row)}" for key, row in check["figures"].items() if row["actual"] is not None]
+    ranks = check.get("weights_by_rank") or {}
+    if ranks:
+        parts.append("weights per worker: " + ", ".join(f"{rank} {_compared('weights_bytes', row)}" for rank, row in ranks.items()))
     missing = [names[k] for k, r in check["figures"].items() if r["actual"] is None]
     return "; ".join(parts) + (f"; not logged by this vLLM: {', '.join(missing)}" if missing else "")
+
+
+def _compared(key: str, row: dict) -> str:
+    verdict = {True: "agrees", False: "DISAGREES", None: "not compared"}[row["agrees"]]
+    if row["agrees"] and row.get("log_rounding") and row["ratio"] is not None and abs(row["ratio"] - 1) > WITHIN:
+        verdict = "agrees within the log's rounding"
+    return (f"{_shown(key, row['predicted'])} predicted / {_shown(key, row['actual'])} logged"
+            + (f" ({row['ratio']:.2f}×, {verdict})" if row["ratio"] is not None else f" ({verdict})"))
 
 
 def _shown(key: str, value) -> str:

@@ -78,6 +78,8 @@ class Validation:
             parts.append(f"GPU memory utilization {s['gpu_memory_utilization']:g}")
         if s.get("tp", 1) > 1 or s.get("pp", 1) > 1:
             parts.append(f"TP {s.get('tp')} PP {s.get('pp')}")
+        if s.get("expert_parallel"):
+            parts.append("expert parallel")
         if s.get("speculative"):
             parts.append(f"speculative MTP ({s['speculative']} token)")
         if s.get("attention_backend"):
@@ -182,6 +184,7 @@ def serve_settings(opts: ServeOptions) -> dict:
     return {"device": opts.device, "gpus": opts.gpus, "dtype": opts.dtype, "max_model_len": opts.max_model_len,
             "max_num_seqs": opts.max_num_seqs, "kv_cache_memory_bytes": opts.kv_cache_memory_bytes,
             "gpu_memory_utilization": opts.gpu_memory_utilization, "tp": opts.tp, "pp": opts.pp,
+            "expert_parallel": opts.expert_parallel,
             "speculative": opts.speculative_mtp, "attention_backend": opts.attention_backend,
             "enforce_eager": opts.enforce_eager, "entry": opts.entry}
 

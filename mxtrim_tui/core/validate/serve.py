@@ -47,6 +47,7 @@ class ServeOptions:
     refused: str | None = None  # no server may start: the devices are busy or absent
     tp: int = 1
     pp: int = 1
+    expert_parallel: bool = False  # --enable-expert-parallel: experts whole on each rank, not split
     max_model_len: int = 256
     max_num_seqs: int = 1
     gpu_memory_utilization: float | None = None
@@ -83,6 +84,8 @@ def serve_argv(out_dir: Path, mode: str, opts: ServeOptions, port: int) -> list[
     argv += ["--tensor-parallel-size", str(opts.tp)]
     if opts.pp > 1:
         argv += ["--pipeline-parallel-size", str(opts.pp)]
+    if opts.expert_parallel:
+        argv.append("--enable-expert-parallel")
     argv += [
         "--max-model-len", str(opts.max_model_len),
         "--max-num-seqs", str(opts.max_num_seqs),

@@ -91,7 +91,10 @@ class StartupFigures:
     type that vLLM names in "<DEV> KV cache size", lower-cased: e.g. ``"xpu"``), from the
     wording; ``source_lines`` are all the lines that matched, verbatim (colour codes and
     prefixes kept; only the line end removed), in log order. When a figure is printed more
-    than once (one line per tensor-parallel rank), the first one counts."""
+    than once (one line per tensor-parallel rank), the first one counts; every worker's own
+    figure is kept in ``weights_by_rank`` / ``available_kv_by_rank``, keyed by the worker's
+    tag without ``Worker_`` (``"TP0"``, ``"TP1_EP1"``, ``"PP1_TP0"``; ``"0"`` for a lone
+    worker or a log without tags)."""
 
     weights_bytes: int | None = None
     available_kv_bytes: int | None = None
@@ -103,10 +106,23 @@ class StartupFigures:
     # half a unit of the last decimal each byte figure was printed with: "0.06 GiB" is 0.06 GiB
     # ± 0.005 GiB, so a prediction within that of the printed value agrees with it
     rounding_bytes: dict = field(default_factory=dict, compare=False)
+    weights_by_rank: dict = field(default_factory=dict, compare=False)
+    available_kv_by_rank: dict = field(default_factory=dict, compare=False)
 
 
 def _gib_to_bytes(text: str) -> int:
     return int((Decimal(text) * GIB).to_integral_value())
+
+
+_WORKER_TAG = re.compile(r"\((Worker(?:_[A-Z]+\d+)*) pid=\d+\)")
+
+
+def worker_rank(line: str) -> str:
+    """The worker a log line came from, as vLLM names it in its tag without ``Worker_``
+    (``(Worker_TP1_EP1 pid=7)`` -> ``"TP1_EP1"``); ``"0"`` for ``(Worker pid=7)`` or none."""
+    tags = _WORKER_TAG.findall(_ANSI.sub("", line))
+    name = tags[-1] if tags else "Worker"
+    return name.partition("_")[2] or "0"
 
 
 def _half_unit_bytes(text: str) -> int:
@@ -138,16 +154,19 @@ def parse_startup(lines: Iterable[str]) -> StartupFigures:
     found: dict[str, object] = {}
     rounding: dict[str, int] = {}
     sources: list[str] = []
+    by_rank: dict[str, dict[str, int]] = {"weights": {}, "kv": {}}
     for raw in lines:
         line = raw.rstrip("\r\n")
         msg = message(line)
         if not msg:
             continue
         if (m := _WEIGHTS.match(msg)) is not None:
+            by_rank["weights"].setdefault(worker_rank(line), _gib_to_bytes(m.group("gib") or m.group("gb")))
             if "weights_bytes" not in found:
                 found["weights_bytes"] = _gib_to_bytes(m.group("gib") or m.group("gb"))
                 rounding["weights_bytes"] = _half_unit_bytes(m.group("gib") or m.group("gb"))
         elif (m := _AVAILABLE_GPU.match(msg) or _RESERVED_GPU.match(msg)) is not None:
+            by_rank["kv"].setdefault(worker_rank(line), _gib_to_bytes(m.group("gib")))
             if "available_kv_bytes" not in found:
                 found["available_kv_bytes"] = _gib_to_bytes(m.group("gib"))
                 rounding["available_kv_bytes"] = _half_unit_bytes(m.group("gib"))
@@ -173,7 +192,8 @@ def parse_startup(lines: Iterable[str]) -> StartupFigures:
         sources.append(line)
     device = found.pop("kv_tokens_device", None) or found.get("device")
     found["device"] = device
-    return StartupFigures(**found, source_lines=tuple(sources), rounding_bytes=rounding)  # type: ignore[arg-type]
+    return StartupFigures(**found, source_lines=tuple(sources), rounding_bytes=rounding,  # type: ignore[arg-type]
+                          weights_by_rank=by_rank["weights"], available_kv_by_rank=by_rank["kv"])
 
 
 def last_run(lines: Iterable[str]) -> list[str]:
