@@ -152,7 +152,14 @@ def _add_trim(sub) -> None:
 def _add_others(sub) -> None:
     """validate, leftovers, tui and demo."""
     va = sub.add_parser("validate", help="prove an output: offline loads, then (--serve) a real vllm serve with requests")
-    va.add_argument("output", metavar="OUT", help="a directory written by mxtrim trim")
+    va.add_argument("output", metavar="OUT", nargs="*", type=Path,
+                    help="directories written by mxtrim trim; several: one after the other, with a matrix of every output × check")
+    va.add_argument("--all", metavar="FOLDER", nargs="?", const="", dest="all_in",
+                    help="every mxtrim output in FOLDER (default: ./tools/batched_test/models/)")
+    va.add_argument("--again", action="store_true",
+                    help="with several outputs: also those already validated with the same interpreter and versions")
+    va.add_argument("--matrix", metavar="DIR", type=Path,
+                    help="where validation-matrix.md / .json go (default: the --all folder, else the current directory)")
     validation_args(va)
     va.add_argument("--tp", type=int, default=1, metavar="N", help="tensor parallel size (default 1)")
     va.add_argument("--ep", "--enable-expert-parallel", dest="expert_parallel", action="store_true", default=None,
@@ -607,14 +614,94 @@ def _leftover_servers_notice(args) -> None:
 
 
 def cmd_validate(args) -> int:
+    if args.all_in is not None or len(args.output) > 1:
+        return cmd_validate_many(args)
+    if len(args.output) != 1:
+        raise UsageError("mxtrim validate: error: give an output directory (OUT), several, or --all [FOLDER]")
     _leftover_servers_notice(args)
-    v, runs, ok = run_validation(Path(args.output), args, quiet=args.json)
+    v, runs, ok = run_validation(args.output[0], args, quiet=args.json)
     if args.json:
         json.dump(v.to_json(), sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
         print_validation(v, runs)
     return 0 if ok else 1
+
+
+def _many_outputs(args) -> tuple[list[Path], list[Path], Path]:
+    """(mxtrim outputs, hand-made examples, matrix folder) of ``validate OUT1 OUT2 …`` / ``--all``."""
+    from .core.validate.batch import outputs_in
+    from .core.validate.examples import workspace_folder
+
+    outputs, hand_made = [Path(os.path.abspath(o)) for o in args.output], []
+    folder = None
+    if args.all_in is not None:
+        folder = workspace_folder(Path(args.all_in) if args.all_in else None, Path.cwd())
+        if not folder.is_dir():
+            raise InputError(folder, "no such folder of models (give one: mxtrim validate --all FOLDER)")
+        mine, hand_made = outputs_in(folder)
+        outputs += [o for o in mine if o not in outputs]
+    matrix = Path(os.path.abspath(args.matrix or folder or Path.cwd()))
+    if not matrix.is_dir():
+        raise InputError(matrix, "no such folder for the validation matrix")
+    return outputs, hand_made, matrix
+
+
+def cmd_validate_many(args) -> int:
+    """One output after the other, one server at a time; the matrix rewritten after each, so
+    Ctrl-C keeps the finished rows (and stops the running server, as a single validation does)."""
+    from .core.user_settings import get_setting
+    from .core.validate import batch
+    from .core.validate.examples import now_versions
+    from .core.validate.locate import SETTING, find_vllm_python
+
+    outputs, hand_made, folder = _many_outputs(args)
+    python = find_vllm_python(args.python, get_setting(SETTING)).python
+    now = now_versions(python)
+    rows = [batch.MatrixRow(str(o), batch.NOT_RUN) for o in outputs]
+    _leftover_servers_notice(args)
+    i = 0
+
+    def publish(complete: bool) -> tuple[Path, Path]:
+        return batch.write_matrix(folder, batch.matrix_document(rows, python, now, hand_made, complete))
+
+    try:
+        for i, out in enumerate(outputs):
+            rows[i] = _validate_one_of_many(args, out, python, now, f"[{i + 1}/{len(outputs)}]")
+            publish(False)
+    except KeyboardInterrupt:
+        if rows[i].state == batch.NOT_RUN:
+            rows[i].state = batch.INTERRUPTED
+        paths = publish(False)
+        print(f"mxtrim: interrupted; finished rows kept in {paths[1]}", file=sys.stderr)
+        raise
+    paths = publish(True)
+    doc = json.loads(paths[0].read_text(encoding="utf-8"))
+    if args.json:
+        json.dump(doc, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        print(paths[1].read_text(encoding="utf-8"))
+        print(f"matrix: {paths[1]} and {paths[0].name}")
+    return 0 if all(r.ok for r in rows) else 1
+
+
+def _validate_one_of_many(args, out: Path, python: str, now: dict | None, counter: str):
+    from .core.validate import batch
+
+    serve = args.serve or args.equivalence
+    reason = None if args.again else batch.covers(batch.last_run(out), python, now, serve, args.equivalence, args.speculative)
+    if reason:
+        print(f"{counter} {out}: {reason}", file=sys.stderr, flush=True)
+        return batch.row_for_run(out, batch.last_run(out), batch.REUSED, reason)
+    print(f"{counter} {out}", file=sys.stderr, flush=True)
+    try:
+        v, runs, _ = run_validation(out, args, quiet=True)
+    except InputError as exc:
+        print(f"mxtrim: error: {exc}", file=sys.stderr, flush=True)
+        return batch.MatrixRow(str(out), batch.REFUSED, False, note=str(exc))
+    print(f"{counter} {out}: {'ok' if v.ok else 'failed'} (recorded in validation.json, run {runs})", file=sys.stderr, flush=True)
+    return batch.row_for_run(out, v.to_json(), batch.VALIDATED)
 
 
 def cmd_examples(args) -> int:

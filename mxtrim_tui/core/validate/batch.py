@@ -1,0 +1,148 @@
+"""Validating many outputs in one go (``mxtrim validate OUT1 OUT2 …`` / ``--all WORKSPACE``):
+one server at a time, each output's own validation recorded as a single run records it, and a
+matrix of every output × check — markdown and JSON — rewritten after each output, so an
+interruption keeps the finished rows.
+
+An output whose last recorded run was made by the same interpreter with the same versions
+(Python, vLLM, vLLM-MetaX, transformers, torch) and ran every check asked for now is not
+validated again unless asked (``--again``): its row is that run's, marked as reused."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .examples import DRIFT_KEYS, _versions
+from .run import EQUIVALENCE, FAILED, GENERATION, LONG_INPUT, MEMORY, SPECULATIVE, START_UP, UNVERIFIED
+
+SCHEMA = "mxtrim.validation-matrix/1"
+MATRIX_JSON, MATRIX_MD = "validation-matrix.json", "validation-matrix.md"
+# (column, the check of validation.json it shows)
+COLUMNS = (("start-up", START_UP), ("generation", GENERATION), ("long input", LONG_INPUT),
+           ("speculative", SPECULATIVE), ("equivalence", EQUIVALENCE), ("memory", MEMORY))
+OFFLINE = "offline"
+# what happened to an output in this run
+VALIDATED, REUSED, INTERRUPTED, NOT_RUN, REFUSED = "validated", "reused", "interrupted", "not run", "refused"
+
+
+@dataclass
+class MatrixRow:
+    output: str
+    state: str  # VALIDATED / REUSED / INTERRUPTED / NOT_RUN / REFUSED
+    ok: bool | None = None
+    started: str | None = None  # when the run shown was made
+    cells: dict = field(default_factory=dict)  # column -> {"status", "class"?}
+    note: str = ""
+
+    def to_json(self) -> dict:
+        return {"output": self.output, "state": self.state, "ok": self.ok, "started": self.started,
+                "cells": self.cells, "note": self.note}
+
+
+def outputs_in(folder: Path) -> tuple[list[Path], list[Path]]:
+    """(mxtrim outputs, hand-made examples) among the model directories of ``folder``, by name."""
+    mine, hand_made = [], []
+    for path in sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        if (path / "mxtrim-plan.json").is_file():
+            mine.append(path)
+        elif (path / "config.json").is_file():
+            hand_made.append(path)
+    return mine, hand_made
+
+
+def last_run(out: Path) -> dict | None:
+    try:
+        runs = json.loads((out / "validation.json").read_text(encoding="utf-8")).get("runs")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return runs[-1] if isinstance(runs, list) and runs and isinstance(runs[-1], dict) else None
+
+
+def _row_status(run: dict, check: str) -> str | None:
+    row = next((r for r in run.get("rows") or [] if isinstance(r, dict) and r.get("check") == check), None)
+    return row.get("status") if row else None
+
+
+def covers(run: dict | None, python: str, now: dict | None, serve: bool, equivalence: bool, speculative: bool) -> str | None:
+    """Why ``run`` already answers this request (None: it does not): the same interpreter and
+    versions, and every check asked for was executed then."""
+    if run is None or now is None or run.get("python") != python:
+        return None
+    then = _versions(run.get("environment") or {})
+    if any(then.get(k) != now.get(k) for k in DRIFT_KEYS):
+        return None
+    executed = {"passed", FAILED, "differs", "not comparable", "not applicable"}
+    asked = [(serve, START_UP), (equivalence, EQUIVALENCE), (speculative, SPECULATIVE)]
+    if any(wanted and _row_status(run, check) not in executed for wanted, check in asked):
+        return None
+    if speculative and not (run.get("settings") or {}).get("speculative"):
+        return None
+    return f"validated {run.get('started')} with these versions; --again runs it anew"
+
+
+def cells_of(run: dict) -> dict:
+    """Column -> {"status", "class"} of one recorded run (the failure class where one failed)."""
+    rows = {r.get("check"): r for r in run.get("rows") or [] if isinstance(r, dict)}
+    server = {check for _, check in COLUMNS}
+    offline = [r for name, r in rows.items() if name not in server]
+    failed = [r for r in offline if r.get("status") == FAILED]
+    out = {OFFLINE: {"status": FAILED if failed else ("passed" if offline else UNVERIFIED)}}
+    if failed:
+        out[OFFLINE]["failed"] = [r.get("check") for r in failed]
+    for column, check in COLUMNS:
+        row = rows.get(check) or {}
+        cell = {"status": row.get("status") or UNVERIFIED}
+        if row.get("status") == FAILED and row.get("verdict"):
+            cell["class"] = row["verdict"].get("class")
+        out[column] = cell
+    return out
+
+
+def row_for_run(out: Path, run: dict, state: str, note: str = "") -> MatrixRow:
+    return MatrixRow(str(out), state, run.get("ok"), run.get("started"), cells_of(run), note)
+
+
+def matrix_document(rows: list[MatrixRow], python: str, now: dict | None, hand_made: list[Path], complete: bool) -> dict:
+    return {"schema": SCHEMA, "complete": complete, "python": python, "versions": now,
+            "columns": [OFFLINE, *(c for c, _ in COLUMNS)], "rows": [r.to_json() for r in rows],
+            "hand_made": [{"path": str(p), "note": "not written by mxtrim: listed, its launch scripts not run"} for p in hand_made]}
+
+
+def _shown(cell: dict | None) -> str:
+    if not cell:
+        return ""
+    status = cell["status"]
+    if cell.get("class"):
+        return f"failed: {cell['class']}"
+    if cell.get("failed"):
+        return "failed: " + ", ".join(cell["failed"])
+    return status
+
+
+def matrix_markdown(doc: dict) -> str:
+    versions = doc.get("versions") or {}
+    env = ", ".join(f"{k} {v}" for k, v in versions.items() if v) or "versions unknown"
+    lines = ["# Validation matrix", "", f"With `{doc['python']}` ({env})."
+             + ("" if doc["complete"] else " **Interrupted**: the rows below \"interrupted\" were not run."), "",
+             "| output | run | " + " | ".join(doc["columns"]) + " | ok |",
+             "| --- | --- | " + " | ".join("---" for _ in doc["columns"]) + " | --- |"]
+    for row in doc["rows"]:
+        run = row["state"] + (f" ({row['started']})" if row["started"] and row["state"] == REUSED else "")
+        cells = " | ".join(_shown(row["cells"].get(c)) for c in doc["columns"])
+        ok = {True: "yes", False: "**no**", None: ""}[row["ok"]]
+        lines.append(f"| {Path(row['output']).name} | {run} | {cells} | {ok} |")
+    notes = [f"- {Path(r['output']).name}: {r['note']}" for r in doc["rows"] if r["note"]]
+    notes += [f"- {Path(h['path']).name}: {h['note']}" for h in doc["hand_made"]]
+    return "\n".join(lines + ([""] + notes if notes else [])) + "\n"
+
+
+def write_matrix(folder: Path, doc: dict) -> tuple[Path, Path]:
+    """Both files, each replaced atomically."""
+    paths = folder / MATRIX_JSON, folder / MATRIX_MD
+    for path, text in zip(paths, (json.dumps(doc, indent=2) + "\n", matrix_markdown(doc))):
+        tmp = path.with_name(f".{path.name}.mxtrim-{os.getpid()}")
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    return paths
