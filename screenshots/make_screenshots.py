@@ -1,14 +1,18 @@
 """Regenerate screenshots/*.svg and *.png from the real app (`make screenshots`).
 
 Drives the wizard on the bundled demo model through every screen at 100x30, saves Textual's
-SVG export of each, and converts it to PNG with cairosvg.
+SVG export of each, and converts it to PNG with cairosvg. ``1b-workspace`` is the first step
+again, on a workspace holding reduced models (an output `mxtrim trim` writes, and a hand-made
+one with a launch script).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -61,6 +65,42 @@ async def capture(work: Path) -> list[Path]:
     return shots
 
 
+def build_workspace(demo: Path, ws: Path) -> None:
+    """Reduced models in ``ws``'s tools/batched_test/models/: two outputs of the demo written by
+    the CLI (one validated), and a hand-made example with a launch script."""
+    models = ws / "tools" / "batched_test" / "models"
+    for keep, mode in (("0,2", "dummy"), ("0,2", "weights")):
+        out = models / f"mxtrim-demo-moe-{mode}-2layers"
+        subprocess.run([sys.executable, "-m", "mxtrim_tui", "trim", str(demo), "--keep", keep, "--mode", mode, "--out", str(out)],
+                       check=True, capture_output=True)
+    run = {"started": "2026-11-20T10:00:00+00:00", "ok": True, "mode": "dummy", "rows": [],
+           "environment": {"python": "3.11.7", "packages": {"vllm": {"version": "0.31.0"}}}}
+    (models / "mxtrim-demo-moe-dummy-2layers" / "validation.json").write_text(json.dumps({"runs": [run]}))
+    hand = models / "qwen3-8b-hand"
+    hand.mkdir()
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(demo / name, hand / name)
+    (hand / "serve.sh").write_text("#!/bin/sh\nvllm serve /data/models/Qwen3-8B-smoke --load-format dummy\n")
+
+
+async def capture_workspace(work: Path) -> Path:
+    """The first step with the workspace list, its first model highlighted."""
+    demo = work / "models" / "mxtrim-demo-moe"
+    build_workspace(demo, work / "ws-built")
+    app = MxtrimApp(demo, tree_root=work / "models", workspace=work / "ws-built")
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.state.inventory is not None)
+        await wait_for(pilot, lambda: app.get_screen("source").query_one("#workspace").row_count == 3)
+        await settle(app, pilot)
+        await pilot.press("ctrl+o")
+        await settle(app, pilot)
+        app.clear_notifications()
+        await pilot.pause(0.1)
+        path = HERE / "1b-workspace.svg"
+        path.write_text(app.export_screenshot(title="mxtrim — 1b-workspace"))
+    return path
+
+
 def main() -> None:
     import cairosvg
 
@@ -68,6 +108,7 @@ def main() -> None:
     os.environ["XDG_CONFIG_HOME"] = str(work / "config")  # keep the user's recent list clean
     try:
         shots = asyncio.run(capture(work))
+        shots.insert(1, asyncio.run(capture_workspace(work)))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     for svg in shots:

@@ -39,6 +39,7 @@ def workspace(tmp_path_factory):
     hand = models / "qwen3-hand"
     hand.mkdir()
     shutil.copy(demo / "config.json", hand / "config.json")
+    shutil.copy(demo / "tokenizer_config.json", hand / "tokenizer_config.json")
     (hand / "serve.sh").write_text(f"#!/bin/sh\nvllm serve {MISSING} --load-format dummy\n")
     return root, models
 
@@ -88,6 +89,38 @@ def test_a_changed_shard_or_source_shows(workspace, tmp_path):
         fh.write(b"\0")
     e = examples(folder)["examples"][0]
     assert e["problems"] == [f"{shard.name}: {shard.stat().st_size} bytes, manifest.json says {shard.stat().st_size - 1}"]
+
+
+def test_a_deleted_asset_is_named_and_an_intact_output_has_none(workspace, tmp_path):
+    """A file the output's report lists as written (README.md, "Files") and that is gone is a
+    problem naming it; a weight shard gone is named once, by the manifest check."""
+    root, models = workspace
+    folder = tmp_path / "models"
+    for name in ("validated", "weights"):
+        shutil.copytree(models / name, folder / name)
+        shutil.copytree(models / name, folder / f"{name}-intact")
+    (folder / "validated" / "tokenizer.json").unlink()
+    (folder / "weights" / "model.safetensors").unlink()
+    (folder / "weights" / "chat_template.jinja").unlink()
+    by = {e["name"]: e for e in examples(folder)["examples"]}
+    assert by["validated"]["problems"] == ["missing asset: tokenizer.json (listed in README.md)"]
+    assert by["weights"]["problems"] == ["model.safetensors: missing (manifest.json lists it)",
+                                         "missing asset: chat_template.jinja (listed in README.md)"]
+    assert by["validated-intact"]["problems"] == [] and by["weights-intact"]["problems"] == []
+    r = run_cli("examples", str(folder), "--python", sys.executable, env={"COLUMNS": "200"})
+    assert "validated: missing asset: tokenizer.json (listed in README.md)" in r.stdout
+
+
+def test_a_hand_made_example_without_a_tokenizer(workspace, tmp_path):
+    root, models = workspace
+    hand = tmp_path / "models" / "bare"
+    hand.mkdir(parents=True)
+    shutil.copy(models / "qwen3-hand" / "config.json", hand / "config.json")
+    e = examples(hand.parent)["examples"][0]
+    assert e["problems"] == ["no tokenizer files: none of tokenizer.json, tokenizer.model, vocab.json, tokenizer_config.json "
+                             "beside config.json"]
+    (hand / "tokenizer.model").write_bytes(b"\0")
+    assert examples(hand.parent)["examples"][0]["problems"] == []
 
 
 def test_the_default_folder_and_the_text_view(workspace):

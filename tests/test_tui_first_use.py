@@ -168,7 +168,8 @@ async def test_budget_fields_are_validated_and_reach_the_report(tmp_path, demo):
         # TP=2 would split the demo's 384-wide FP8 MLP into 192 rows: not whole 128-blocks
         await replace_text(app, pilot, "#in-tp", "2")
         assert app.screen.query_one("#in-tp", Input).has_class("-invalid")
-        assert "block size 128" in plain(app.screen.query_one("#budget-errors"), width=400)
+        assert "mlp.gate_proj: 384 output rows / TP=2 = 192, not whole 128×128 blocks" in plain(
+            app.screen.query_one("#budget-errors"), width=400)
         await replace_text(app, pilot, "#in-tp", "1")
         await replace_text(app, pilot, "#in-gpu_memory_utilization", "0.5")
         await replace_text(app, pilot, "#in-max_num_seqs", "3")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import fcntl
+import json
 import os
 import shutil
 from collections import namedtuple
@@ -139,6 +140,38 @@ def test_run_screen_after_a_dummy_trim(snap_compare, make_app, size, monkeypatch
         await pilot.pause(0.05)
 
     assert snap_compare(make_app(), terminal_size=SIZES[size], run_before=run_before)
+
+
+def build_workspace(demo: Path, models: Path) -> None:
+    """A workspace's reduced models: a dummy output of the demo written by the CLI (validated
+    once, on a fixed day) and a hand-made example whose launch script names a path that is gone."""
+    from engine_support import run_cli
+
+    out = models / "mxtrim-demo-moe-dummy-2layers"
+    r = run_cli("trim", str(demo), "--keep", "0,2", "--mode", "dummy", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    run = {"started": "2026-11-20T10:00:00+00:00", "ok": True, "mode": "dummy", "rows": [],
+           "environment": {"python": "3.11.7", "packages": {"vllm": {"version": "0.31.0"}}}}
+    (out / "validation.json").write_text(json.dumps({"schema": "mxtrim.validation-history/1", "runs": [run]}))
+    hand = models / "qwen3-8b-hand"
+    hand.mkdir()
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(demo / name, hand / name)
+    (hand / "serve.sh").write_text("#!/bin/sh\nvllm serve /nonexistent/models/Qwen3-8B --load-format dummy\n")
+
+
+@pytest.mark.parametrize("size", SIZES)
+@pytest.mark.slow
+def test_source_screen_with_the_workspace_list(snap_compare, make_app, demo, size):
+    app = make_app()  # its workspace is made afresh: the models go in now
+    build_workspace(demo, FIXTURES / "ws" / "tools" / "batched_test" / "models")
+
+    async def run_before(pilot):
+        source = pilot.app.get_screen("source")
+        await wait_for(pilot, lambda: source.is_mounted and source.query_one("#workspace").row_count == 2)
+        await _ready(pilot.app, pilot, 0)
+
+    assert snap_compare(app, terminal_size=SIZES[size], run_before=run_before)
 
 
 @pytest.mark.parametrize("size", SIZES)

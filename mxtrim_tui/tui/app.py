@@ -219,9 +219,10 @@ class MxtrimApp(App):
         in F1 help."""
         screens = {cls.STEP: cls.BINDINGS for cls in (SourceScreen, InventoryScreen, SelectionScreen, BudgetScreen, OutputScreen, RunScreen)}
         from .screens.validate_dialog import ValidateDialog
+        from .screens.workspace import ExampleDialog
 
         screens |= {"help": HelpScreen.BINDINGS, "error": ErrorScreen.BINDINGS, "confirm quit": ConfirmQuitScreen.BINDINGS,
-                    "validate dialog": ValidateDialog.BINDINGS}
+                    "validate dialog": ValidateDialog.BINDINGS, "example dialog": ExampleDialog.BINDINGS}
         check = check_keymap(config_dir() / "keymap.json", binding_scopes(self.BINDINGS, WizardScreen.BINDINGS, screens))
         self.keymap_problems = check.problems
         if check.keymap:
@@ -359,6 +360,23 @@ class MxtrimApp(App):
         self.action_goto("run")
         # the run screen composes on first show: start once it is on screen
         self.call_after_refresh(self.get_screen("run").start, trim_argv(plan_file, st.output_path))
+
+    def validate_output(self, output: Path) -> None:
+        """The validate dialog on ``output`` (a workspace model); what is chosen there runs on the
+        run step, as `v` there does."""
+        if self.children_running():
+            self.show_error("Something is running", "A trim or a validation is running; wait for it (step 6) or cancel it first.")
+            return
+        from .screens.validate_dialog import ValidateDialog
+
+        self.push_screen(ValidateDialog(output), self._validation_chosen)
+
+    def _validation_chosen(self, request) -> None:
+        if request is None:
+            return
+        self.action_goto("run")
+        # the run screen composes on first show: start once it is on screen
+        self.call_after_refresh(self.get_screen("run").start_validation, request)
 
     def register_child(self, proc: subprocess.Popen, grace: float = 5.0) -> None:
         self._children[proc] = grace

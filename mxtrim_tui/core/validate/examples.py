@@ -6,6 +6,9 @@ sizes only, never weights.
 An mxtrim output is read from what mxtrim left in it (``mxtrim-plan.json``, ``manifest.json``,
 ``validation.json``); a hand-made example (any model directory with a ``config.json``) from what
 it has: its config, its README and launch scripts (``*.sh``), which are listed, never run.
+The files an mxtrim output was written with are the ones its report (``README.md``, "Files")
+lists; one of them gone (a tokenizer deleted by hand) is a problem, as is a hand-made example
+with no tokenizer file at all.
 """
 
 from __future__ import annotations
@@ -22,6 +25,10 @@ DEFAULT_FOLDER = Path("tools") / "batched_test" / "models"
 # the versions compared between a validation and now (as the offline probe names them)
 DRIFT_KEYS = ("python", "vllm", "vllm_metax", "transformers", "torch")
 TEXT_LIMIT = 1 << 20  # README / launch script / config bytes read for paths
+# a row of the report's "Files" table: | `name` | kind | bytes | from |
+_FILES_ROW = re.compile(r"^\| `([^`]+)` \| ([^|]*?) \|", re.M)
+# a model directory needs at least one of these beside its config.json to be tokenized
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
 # an absolute path in a text: at a line start or after a space, a quote, a backtick, '=', '(' or
 # '['; not inside a URL (after ':' or '/')
 _ABSOLUTE = re.compile(r"""(?:(?<=^)|(?<=[\s"'`=(\[]))(/(?:[A-Za-z0-9._~+@%-]+/)*[A-Za-z0-9._~+@%-]+)""", re.M)
@@ -77,6 +84,8 @@ def read_example(path: Path, now: dict | None) -> Example:
         depth = config.get("num_hidden_layers") if isinstance(config, dict) else None
         ex.layers = depth if isinstance(depth, int) else None
         ex.source = {"path": None, "state": "not recorded", "detail": "a hand-made example records no source"}
+        if not any((path / name).is_file() for name in TOKENIZER_FILES):
+            ex.problems.append(f"no tokenizer files: none of {', '.join(TOKENIZER_FILES)} beside config.json")
     _read_validation(path, ex, now)
     ex.problems += _stale_paths(path, ex.launch_scripts)
     return ex
@@ -103,6 +112,30 @@ def _read_mxtrim(path: Path, plan: dict, ex: Example) -> None:
         ex.source = {"path": source, "state": "present", "detail": "its headers were not pinned (dummy output)"}
     if manifest is not None:
         ex.problems += _shard_problems(path, manifest)
+    ex.problems += _asset_problems(path)
+
+
+def _listed_files(path: Path) -> list[tuple[str, str]]:
+    """(file, kind) of every file the output's report (README.md, its "Files" table) lists as
+    written."""
+    try:
+        text = (path / "README.md").read_text(encoding="utf-8", errors="replace")[:TEXT_LIMIT]
+    except OSError:
+        return []
+    section = text.partition("\n## Files\n")[2].split("\n## ", 1)[0]
+    return [(m.group(1), m.group(2).strip()) for m in _FILES_ROW.finditer(section)]
+
+
+def _asset_problems(path: Path) -> list[str]:
+    """The non-shard files the report lists (config, tokenizer, templates, scripts, manifest)
+    that are gone from the output; weight shards are checked against the manifest instead."""
+    found = []
+    for name, kind in _listed_files(path):
+        if kind == "weights" or Path(name).is_absolute() or ".." in Path(name).parts:
+            continue
+        if not (path / name).exists():
+            found.append(f"missing asset: {name} (listed in README.md)")
+    return found
 
 
 def _shard_problems(path: Path, manifest: dict) -> list[str]:
@@ -154,6 +187,26 @@ def scan(folder: Path, now: dict | None) -> list[Example]:
     if not folder.is_dir():
         return []
     return [read_example(p, now) for p in sorted(folder.iterdir()) if p.is_dir() and (p / "config.json").is_file()]
+
+
+def example_details(ex: Example, script_lines: int = 3) -> dict:
+    """What a closer look at one example shows beyond its row: for an mxtrim output the layers
+    kept per submodel (original indices), whether MTP was kept and the model it was cut from
+    (``mxtrim-plan.json``); for every launch script its first lines (read, never run)."""
+    path = Path(ex.path)
+    plan = _json(path / "mxtrim-plan.json") if ex.made_by == "mxtrim" else None
+    plan = plan if isinstance(plan, dict) else {}
+    kept = plan.get("kept") if isinstance(plan.get("kept"), dict) else {}
+    model = plan.get("model") if isinstance(plan.get("model"), dict) else {}
+    scripts = {}
+    for name in ex.launch_scripts:
+        try:
+            with open(path / name, encoding="utf-8", errors="replace") as fh:
+                scripts[name] = [line.rstrip("\r\n")[:300] for _, line in zip(range(script_lines), fh)]
+        except OSError as exc:
+            scripts[name] = [f"(cannot be read: {exc.strerror or exc})"]
+    return {"kept": {k: v for k, v in kept.items() if isinstance(v, list)}, "mtp_kept": plan.get("mtp_kept"),
+            "model": model.get("name") if isinstance(model.get("name"), str) else None, "scripts": scripts}
 
 
 def now_versions(python: str, timeout: float = 60.0) -> dict | None:

@@ -171,9 +171,10 @@ class RunScreen(WizardScreen):
             return
         from .validate_dialog import ValidateDialog
 
-        self.app.push_screen(ValidateDialog(self.app.state.last_output), self._validate_chosen)
+        self.app.push_screen(ValidateDialog(self.app.state.last_output), self.start_validation)
 
-    def _validate_chosen(self, request) -> None:
+    def start_validation(self, request) -> None:
+        """Run what the validate dialog chose (None: it was cancelled)."""
         if request is None:
             return
         from ...core.user_settings import set_setting

@@ -1,4 +1,6 @@
-"""Step 1: choose a model directory; show what reading it found (nothing is executed)."""
+"""Step 1: choose a model directory; show what reading it found (nothing is executed), and
+the workspace's reduced models (read in a worker; opening one shows it and can read its source
+or validate it)."""
 
 from __future__ import annotations
 
@@ -7,18 +9,19 @@ from pathlib import Path
 
 from rich.table import Table
 from rich.text import Text
-from textual import on
+from textual import events, on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.suggester import Suggester
-from textual.widgets import DirectoryTree, Input, Label, OptionList, Static
+from textual.widgets import DataTable, DirectoryTree, Input, Label, OptionList, Static
 from textual.widgets.option_list import Option
 
 from ...core.read.source import COMPLETE, FileKind
 from ...core.units import human_bytes, shown_bytes
 from ..settings import load_recent
 from .base import WizardScreen
+from .workspace import ExampleDialog, cut_middle, fill_table
 
 
 class PathSuggester(Suggester):
@@ -120,17 +123,27 @@ class SourceScreen(WizardScreen):
         "or pick a directory in the tree, or a recent source. mxtrim reads config.json, every "
         "safetensors header and the index — never the weights, never code from the directory. "
         "Once a source is read, the focus leaves the path box so that the step keys work; "
-        "Ctrl+L returns to it."
+        "Ctrl+L returns to it.\n\n"
+        "Below, the workspace's reduced models (tools/batched_test/models/ of the workspace, as "
+        "`mxtrim examples` lists them): mode, layers kept, whether the source is still there, the "
+        "last validation and the problems found. Ctrl+O goes to the list; Enter opens a model: its "
+        "plan, problems, last validation and launch scripts (shown, never run), with `u` to read "
+        "its source (as if typed in the path box, then on to the next step) and `v` to validate "
+        "it again (the validate dialog, then the run step)."
     )
     BINDINGS = [
         Binding("ctrl+l", "focus_path", "Path", id="source.focus_path"),
         Binding("ctrl+r", "focus_recent", "Recent", id="source.focus_recent"),
         Binding("ctrl+t", "focus_tree", "Tree", id="source.focus_tree"),
+        # shown in the list's title (the footer is full at 80 columns)
+        Binding("ctrl+o", "focus_workspace", "Workspace", id="source.focus_workspace", show=False),
     ]
 
     def __init__(self, tree_root: Path | None = None) -> None:
         super().__init__()
         self.tree_root = tree_root or Path.cwd()
+        self.examples: dict[str, tuple] = {}  # row key (the example's path) -> (example, details)
+        self._advance_to: Path | None = None  # a source read from the workspace list: go on once read
 
     def compose(self) -> ComposeResult:
         yield from self.compose_header()
@@ -146,10 +159,16 @@ class SourceScreen(WizardScreen):
                 with VerticalScroll(id="source-right", can_focus=False):
                     yield Label("What was read", classes="pane-title")
                     yield Static("No source loaded yet.", id="summary")
+            with Vertical(id="workspace-pane"):
+                yield Label("Workspace", classes="pane-title", id="workspace-title")
+                yield DataTable(id="workspace", cursor_type="row", zebra_stripes=False)
+                yield Static("", id="workspace-note")
         yield from self.compose_footer()
 
     def on_mount(self) -> None:
         self._show_recent()
+        self.query_one("#workspace-title").display = False
+        self.query_one("#workspace", DataTable).display = False
         self.query_one("#path", Input).focus()
 
     def _show_recent(self) -> None:
@@ -174,19 +193,30 @@ class SourceScreen(WizardScreen):
             if path.has_focus:
                 # a source is read: leave the text box, so that digits jump and ^n goes on
                 self.query_one("#tree", ModelTree).focus()
+            if self._advance_to is not None and self._advance_to == st.source_path:
+                self._advance_to = None
+                self.app.action_next_step()
 
     def show_loading(self, path: Path) -> None:
         if self.is_mounted:
             self.query_one("#summary", Static).update(Text(f"Reading {path} …", style="italic"))
 
     def show_failure(self, message: str) -> None:
+        self._advance_to = None
         if self.is_mounted:
             self.query_one("#summary", Static).update(Text("✗ " + message, style="bold red"))
 
     @on(Input.Submitted, "#path")
     def _submit(self, event: Input.Submitted) -> None:
-        if event.value.strip():
-            self.app.load_source(Path(os.path.expanduser(event.value.strip())))
+        self._read_typed(event.value)
+
+    def _read_typed(self, value: str) -> Path | None:
+        """What Enter in the path box does: read the directory typed (``~`` expanded)."""
+        if not value.strip():
+            return None
+        path = Path(os.path.expanduser(value.strip()))
+        self.app.load_source(path)
+        return path
 
     @on(OptionList.OptionSelected, "#recent")
     def _recent(self, event: OptionList.OptionSelected) -> None:
@@ -208,3 +238,74 @@ class SourceScreen(WizardScreen):
 
     def action_focus_tree(self) -> None:
         self.query_one("#tree", ModelTree).focus()
+
+    def action_focus_workspace(self) -> None:
+        table = self.query_one("#workspace", DataTable)
+        if table.display:
+            table.focus()
+        else:
+            self.notify(getattr(self, "_workspace_note", "") or "the workspace is still being read", timeout=4)
+
+    # --- the workspace's reduced models (thread worker) --------------------------------------
+    @on(events.ScreenResume)
+    def _rescan_workspace(self) -> None:
+        """Each time the step is shown: a write of this session lands in the workspace."""
+        from ...core.validate.examples import workspace_folder
+
+        self._scan_workspace(workspace_folder(None, Path(os.path.abspath(self.app.state.workspace))))
+
+    @work(thread=True, exclusive=True, group="workspace", exit_on_error=False)
+    def _scan_workspace(self, folder: Path) -> None:
+        from ...core.validate.examples import example_details, scan
+
+        try:
+            # the environment now is not probed (it starts the vLLM interpreter): no drift here
+            found, why = [(e, example_details(e)) for e in scan(folder, None)], ""
+        except OSError as exc:
+            found, why = [], f"cannot read {folder}: {exc.strerror or exc}"
+        self.app.call_from_thread(self._show_workspace, folder, found, why)
+
+    @on(events.Resize)
+    def _fit_workspace(self) -> None:
+        """The list's columns and the lines above it fit the new width."""
+        if getattr(self, "_workspace_scan", None) is not None:
+            self._show_workspace(*self._workspace_scan, force=True)
+
+    def _show_workspace(self, folder: Path, found: list, why: str, force: bool = False) -> None:
+        table = self.query_one("#workspace", DataTable)
+        note = self.query_one("#workspace-note", Static)
+        shown = [(e.to_json(), d) for e, d in found]
+        if not force and shown == getattr(self, "_workspace_shown", None) and table.row_count == len(found):
+            return  # unchanged: keep the cursor where it is
+        self._workspace_shown, self._workspace_scan = shown, (folder, found, why)
+        self.examples = {e.path: (e, d) for e, d in found}
+        table.display = self.query_one("#workspace-title").display = bool(found)
+        note.display = not found
+        width = self.app.size.width - 2
+        if not found:
+            where = "no models in {}" if folder.is_dir() else "no workspace: looked in {}"
+            looked = why or where.format(cut_middle(str(folder), width - len(where) + 2))
+            self._workspace_note = why or where.format(folder)
+            note.update(Text(looked, style="dim", no_wrap=True, overflow="ellipsis"))
+            return
+        title = f"Workspace (^o): {len(found)} model{'s' * (len(found) != 1)}, Enter opens one · {{}}"
+        self.query_one("#workspace-title", Label).update(Text(title.format(cut_middle(str(folder), width - len(title) + 2))))
+        row = table.cursor_row
+        fill_table(table, [e for e, _ in found], width)
+        table.move_cursor(row=min(row, len(found) - 1))
+
+    @on(DataTable.RowSelected, "#workspace")
+    def _open_example(self, event: DataTable.RowSelected) -> None:
+        entry = self.examples.get(event.row_key.value)
+        if entry is not None:
+            example, details = entry
+            self.app.push_screen(ExampleDialog(example, details), lambda choice: self._example_chosen(example, choice))
+
+    def _example_chosen(self, example, choice: str | None) -> None:
+        if choice == "use":
+            # exactly what typing the path and Enter does; once it is read, on to the next step
+            path_box = self.query_one("#path", Input)
+            path_box.value = example.source["path"]
+            self._advance_to = self._read_typed(path_box.value)
+        elif choice == "validate":
+            self.app.validate_output(Path(example.path))
