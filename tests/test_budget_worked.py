@@ -137,6 +137,12 @@ def test_expert_parallel_puts_whole_experts_on_each_rank_and_pp_splits_layers(sp
     ep = rank_weights(plan, tp=4, dp=2, expert_parallel=True)
     assert ep.ep == 8 and ep.by_kind["expert"] == expert_bytes // 8  # 256 experts, 32 per rank
     assert plain.by_kind["expert"] == expert_bytes // 8  # split 8 ways on the intermediate size
+    # each worker, named as vLLM tags its log lines: its TP share plus its EP rank's experts
+    workers = rank_weights(plan, tp=2, expert_parallel=True).by_worker()
+    non_expert = rank_weights(plan, tp=2, expert_parallel=True).plain_stage_bytes[0]
+    assert list(workers) == ["TP0_EP0", "TP1_EP1"] and all(w == non_expert + expert_bytes // 2 for w in workers.values())
+    assert list(rank_weights(plan, tp=2, pp=2).by_worker()) == ["PP0_TP0", "PP0_TP1", "PP1_TP0", "PP1_TP1"]
+    assert rank_weights(plan).by_worker() == {"0": plan.retained_bytes}
     # PP: vLLM's get_pp_indices gives the remainder to the stages before the last
     assert [list(r) for r in pp_stages(5, 2)] == [[0, 1, 2], [3, 4]]
     assert [len(r) for r in pp_stages(7, 4)] == [2, 2, 2, 1] and [len(r) for r in pp_stages(6, 4)] == [1, 2, 2, 1]

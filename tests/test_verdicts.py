@@ -119,3 +119,26 @@ def test_a_kernel_without_the_models_head_sizes_is_a_build_limitation_not_a_dumm
         v = classify(log, 1, stopped_by_us=False, reason="exited", dummy=dummy)
         assert v.category == QUANT_BUILD, v
         assert v.evidence[0].startswith("ValueError: No valid MLA prefill backend found")
+
+
+def test_each_workers_weights_against_its_own_prediction():
+    """TP=2 with expert parallelism: both workers log "Model loading took"; each is compared
+    with the prediction for its ranks, and one that disagrees fails the memory check."""
+    tag = "(Worker_TP{0}_EP{0} pid=1{0}) INFO 12-04 10:00:00 [gpu_model_runner.py:5150] Model loading took {1} GiB memory and 3.0 seconds"
+    actual = parse_startup([tag.format(0, "0.42"), tag.format(1, "0.61")])
+    predicted = {"weights_bytes": int(0.42 * 2**30), "weights_by_rank": {"TP0_EP0": int(0.42 * 2**30), "TP1_EP1": int(0.42 * 2**30)}}
+    check = compare(predicted, actual)
+    assert check["weights_by_rank"]["TP0_EP0"]["agrees"] is True and check["weights_by_rank"]["TP1_EP1"]["agrees"] is False
+    assert check["agree"] is False and check["compared"] == 3
+    assert "weights per worker: TP0_EP0 430 MiB predicted / 430 MiB logged (1.00×, agrees), TP1_EP1 430 MiB predicted / 625 MiB logged (0.69×, DISAGREES)" in summary(check)
+    # one worker: its line is the weights row, no per-worker rows
+    assert compare(predicted, parse_startup([tag.format(0, "0.42")]))["weights_by_rank"] == {}
+
+
+def test_a_tp_size_that_cuts_fp8_blocks_is_a_configuration_verdict():
+    from mxtrim_tui.core.validate.classify import CONFIGURATION, classify
+
+    log = ["(Worker_TP1 pid=7) ERROR 12-04 10:00:00 [multiproc_executor.py:700] ValueError: The output_size of gate's and up's "
+           "weight = 192 is not divisible by weight quantization block_n = 128."]
+    verdict = classify(log, 1, stopped_by_us=False)
+    assert verdict.category == CONFIGURATION and "smaller --tensor-parallel-size" in verdict.advice and "192" in verdict.evidence[0]
