@@ -121,15 +121,21 @@ def runs(work: Path, small: bool, device: str, timeout: str, tp: int) -> dict:
 
     def refused():
         s = build_deepseek(src / "deepseek-384", small, moe_intermediate=384 if not small else 128 + 64)
-        plan = mxtrim("plan", str(s), "--keep", "0,2", *tp_flags)
+        refusal = mxtrim("plan", str(s), "--keep", "0,2", "--tp", "2")
+        if tp < 2:
+            return {"plan_exit": refusal.returncode, "plan_refusal": [ln for ln in refusal.stderr.splitlines() if "--tp" in ln],
+                    "note": "TP=2 not served: one GPU"}
         t = trim(s, out / "deepseek-384-dummy", "dummy", "0,2")
         doc = t if t["exit"] else validate(out / "deepseek-384-dummy", device, timeout, *tp_flags)
-        doc["plan_exit"] = plan.returncode
-        doc["plan_refusal"] = [line for line in plan.stderr.splitlines() if "--tp" in line]
+        doc["plan_exit"] = refusal.returncode
+        doc["plan_refusal"] = [line for line in refusal.stderr.splitlines() if "--tp" in line]
         return doc
 
-    return {"llama_tp2": llama, "deepseek_fp8_tp2": deepseek(), "deepseek_fp8_tp2_ep": deepseek("--enable-expert-parallel"),
-            "deepseek_fp8_refused": refused}
+    found = {f"llama_tp{tp}": llama, f"deepseek_fp8_tp{tp}": deepseek()}
+    if tp > 1:  # expert parallelism and a TP refusal need two GPUs; one GPU shows the plan's refusal only
+        found[f"deepseek_fp8_tp{tp}_ep"] = deepseek("--enable-expert-parallel")
+    found["deepseek_fp8_refused"] = refused
+    return found
 
 
 def gib(value) -> str:
@@ -160,6 +166,8 @@ def table(results: dict) -> str:
              "| KV memory, GiB predicted / logged | KV tokens predicted / logged |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for name, doc in results.items():
+        if "rows" not in doc and "plan_refusal" in doc:
+            continue
         if "rows" not in doc:
             lines.append(f"| {name} | error: {str(doc.get('error') or doc.get('stderr'))[:160]!r} | | | | | | | |")
             continue
