@@ -55,8 +55,8 @@ def build_llama(path: Path, small: bool) -> Path:
     config = LlamaConfig(**tokens, **widths, num_hidden_layers=4, max_position_embeddings=8192, rope_theta=500000.0,
                          tie_word_embeddings=False)
     torch.manual_seed(20261204)
-    with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
-        model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    # on the CPU: a CUDA context here would make the GPU busy for mxtrim's device choice
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
     model.generation_config = GenerationConfig(bos_token_id=config.bos_token_id, eos_token_id=config.eos_token_id,
                                                pad_token_id=config.pad_token_id)
     model.save_pretrained(path)
