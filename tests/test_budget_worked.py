@@ -175,3 +175,15 @@ def test_glm5_trim_reproduces_the_public_hand_estimate(sparse):
     assert round(backbone / GiB, 2) == 22.32 and round(mtp.nbytes / GiB, 2) == 9.35
     b = compute_budget(plan, BudgetInputs())
     assert b.weights_bytes == backbone + mtp.nbytes == plan.retained_bytes
+
+
+def test_vllm_keeps_16_bit_copies_of_a_quantized_mla_kv_b_proj(sparse):
+    """What "Model loading took" counts beyond the tensors (seen on an H200: 12 MiB for three
+    MLA layers): W_UK_T and W_UV dequantized from each block-FP8 kv_b_proj, its heads per rank."""
+    from mxtrim_tui.core.validate.memory_check import mla_runtime_copies
+
+    plan = plan_for(sparse("deepseek_v3"), ["0,3"], mtp=False)
+    per_layer = 128 * (128 + 128) * 512 * 2  # heads × (nope + v) × kv_lora_rank × 2 bytes: 32 MiB
+    assert mla_runtime_copies(plan, 1) == 2 * per_layer and mla_runtime_copies(plan, 8) == 2 * per_layer // 8
+    llama = plan_for(sparse("llama3_70b", llama3_70b()), ["0,1"])
+    assert mla_runtime_copies(llama, 1) == 0  # no MLA

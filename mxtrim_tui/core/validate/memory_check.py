@@ -45,11 +45,32 @@ def predict(out: Path, opts, gpu_total_bytes: int | None = None) -> dict:
         else:
             tokens = max(0, available - b.state_bytes_per_seq * opts.max_num_seqs) // b.kv_per_token // BLOCK_SIZE * BLOCK_SIZE
             concurrency = tokens / opts.max_model_len
-    # weights as stored (the CPU build, which serves float32, logs no weights figure)
+    # weights as stored, and what vLLM derives from them while loading (the CPU build, which
+    # serves float32, logs no weights figure)
     ranks = b.ranks if inv.source.shards else source_ranks
-    return {"weights_bytes": ranks.per_gpu if ranks else None, "available_kv_bytes": available, "kv_tokens": tokens,
+    extra = mla_runtime_copies(plan, opts.tp) if inv.source.shards else 0
+    return {"weights_bytes": ranks.per_gpu + extra if ranks else None, "available_kv_bytes": available, "kv_tokens": tokens,
             "max_concurrency": concurrency, "kv_bytes_per_token": b.kv_per_token,
-            "weights_by_rank": ranks.by_worker() if ranks else {}}
+            "weights_by_rank": {k: v + extra for k, v in ranks.by_worker().items()} if ranks else {}}
+
+
+def mla_runtime_copies(plan, tp: int) -> int:
+    """Bytes vLLM adds on each rank while loading an MLA layer whose ``kv_b_proj`` is
+    quantized: its GPU MLA path dequantizes the weight into 16-bit ``W_UK_T`` and ``W_UV``
+    (``process_weights_after_loading``: "we just store fp16/bf16 copies") beside the quantized
+    one — ``heads / TP × (qk_nope + v) × kv_lora_rank × 2`` bytes per layer. Seen on an H200:
+    12 MiB for three such layers, the difference between the tensors and "Model loading took"."""
+    src = plan.inventory.source
+    total = 0
+    for old, new in plan.renames:
+        if not new.endswith(".kv_b_proj.weight") or not src.is_present(old):
+            continue
+        info = src.tensor(old)
+        if str(info.dtype) in ("BF16", "F16", "F32") or len(info.shape) != 2:
+            continue
+        rows, cols = info.shape
+        total += -(-rows // max(1, tp)) * cols * 2
+    return total
 
 
 def kv_block_size(device: str, mla: bool) -> int:
