@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .examples import DRIFT_KEYS, _versions
+from .examples import DRIFT_KEYS, versions_of
 from .run import EQUIVALENCE, FAILED, GENERATION, LONG_INPUT, MEMORY, SPECULATIVE, START_UP, UNVERIFIED
 
 SCHEMA = "mxtrim.validation-matrix/1"
@@ -70,7 +70,7 @@ def covers(run: dict | None, python: str, now: dict | None, serve: bool, equival
     versions, and every check asked for was executed then."""
     if run is None or now is None or run.get("python") != python:
         return None
-    then = _versions(run.get("environment") or {})
+    then = versions_of(run.get("environment") or {})
     if any(then.get(k) != now.get(k) for k in DRIFT_KEYS):
         return None
     executed = {"passed", FAILED, "differs", "not comparable", "not applicable"}

@@ -63,7 +63,7 @@ def _json(path: Path):
         return None
 
 
-def _versions(environment: dict) -> dict:
+def versions_of(environment: dict) -> dict:
     """{python, vllm, ...: version} of a recorded or probed environment."""
     packages = environment.get("packages") or {}
     out = {"python": environment.get("python")}
@@ -158,7 +158,7 @@ def _read_validation(path: Path, ex: Example, now: dict | None) -> None:
     if not runs or not isinstance(runs[-1], dict):
         return
     last = runs[-1]
-    then = _versions(last.get("environment") or {})
+    then = versions_of(last.get("environment") or {})
     ex.validation = {"ok": last.get("ok"), "started": last.get("started"), "versions": then}
     if now is not None:
         ex.drift = {k: {"then": then.get(k), "now": now.get(k)} for k in DRIFT_KEYS if then.get(k) != now.get(k)}
@@ -219,6 +219,6 @@ def now_versions(python: str, timeout: float = 60.0) -> dict | None:
     try:
         proc = subprocess.run([python, "-I", str(OFFLINE_PROBE), "--versions"], capture_output=True, text=True, timeout=timeout,
                               stdin=subprocess.DEVNULL)
-        return _versions(json.loads(proc.stdout.strip().splitlines()[-1]))
+        return versions_of(json.loads(proc.stdout.strip().splitlines()[-1]))
     except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
         return None
