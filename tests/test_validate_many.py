@@ -140,7 +140,7 @@ def test_outputs_and_hand_made_examples_of_a_folder(tmp_path):
         (tmp_path / name).mkdir()
         for f in files:
             (tmp_path / name / f).write_text("{}")
-    mine, hand = outputs_in(tmp_path)
+    mine, hand = outputs_in(tmp_path)  # .hidden holds no config.json: not a model directory
     assert [p.name for p in mine] == ["b-out"] and [p.name for p in hand] == ["a-hand"]
 
 

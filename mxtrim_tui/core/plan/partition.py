@@ -228,6 +228,7 @@ def _expert_share(name: str, shape: tuple, nbytes: int, experts: int | None, ep:
 
 
 _LAYER_NUMBER = re.compile(r"\.\d+\.")
+_EXPERT_FOLD = re.compile(r"\.experts\.N\.")
 
 
 def block_split_problems(plan, tp: int, expert_parallel: bool, block: tuple[int, int]) -> list[str]:
@@ -265,5 +266,3 @@ def block_split_problems(plan, tp: int, expert_parallel: bool, block: tuple[int,
             seen.setdefault(_EXPERT_FOLD.sub(".experts.E.", module), f"{what} / TP={tp} = {share}")
     return [f"{module}: {text}, not whole {block_n}×{block_k} blocks" for module, text in seen.items()]
 
-
-_EXPERT_FOLD = re.compile(r"\.experts\.N\.")

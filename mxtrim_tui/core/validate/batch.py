@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .examples import DRIFT_KEYS, versions_of
+from .examples import DRIFT_KEYS, is_mxtrim_output, model_dirs, versions_of
 from .run import EQUIVALENCE, FAILED, GENERATION, LONG_INPUT, MEMORY, SPECULATIVE, START_UP, UNVERIFIED
 
 SCHEMA = "mxtrim.validation-matrix/1"
@@ -42,14 +42,10 @@ class MatrixRow:
 
 
 def outputs_in(folder: Path) -> tuple[list[Path], list[Path]]:
-    """(mxtrim outputs, hand-made examples) among the model directories of ``folder``, by name."""
-    mine, hand_made = [], []
-    for path in sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")):
-        if (path / "mxtrim-plan.json").is_file():
-            mine.append(path)
-        elif (path / "config.json").is_file():
-            hand_made.append(path)
-    return mine, hand_made
+    """(mxtrim outputs, hand-made examples) among the model directories of ``folder``, by
+    name, told apart as ``mxtrim examples`` tells them."""
+    dirs = model_dirs(folder)
+    return [p for p in dirs if is_mxtrim_output(p)], [p for p in dirs if not is_mxtrim_output(p)]
 
 
 def last_run(out: Path) -> dict | None:

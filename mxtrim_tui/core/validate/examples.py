@@ -182,11 +182,19 @@ def _stale_paths(path: Path, scripts: list[str]) -> list[str]:
     return found
 
 
-def scan(folder: Path, now: dict | None) -> list[Example]:
+def model_dirs(folder: Path) -> list[Path]:
     """Every model directory (one holding config.json) directly in ``folder``, by name."""
     if not folder.is_dir():
         return []
-    return [read_example(p, now) for p in sorted(folder.iterdir()) if p.is_dir() and (p / "config.json").is_file()]
+    return [p for p in sorted(folder.iterdir()) if p.is_dir() and (p / "config.json").is_file()]
+
+
+def is_mxtrim_output(path: Path) -> bool:
+    return isinstance(_json(path / "mxtrim-plan.json"), dict)
+
+
+def scan(folder: Path, now: dict | None) -> list[Example]:
+    return [read_example(p, now) for p in model_dirs(folder)]
 
 
 def example_details(ex: Example, script_lines: int = 3) -> dict:
