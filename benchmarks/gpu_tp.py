@@ -33,7 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from benchmarks.gpu_validation import cell, mxtrim  # noqa: E402
+from benchmarks.gpu_validation import cell, mxtrim, results_of, validate_json as validate  # noqa: E402
 
 GIB = 2**30
 DEEPSEEK = {"HIDDEN": 2048, "N_HEADS": 16, "Q_LORA": 1536, "KV_LORA": 512, "QK_NOPE": 128, "QK_ROPE": 64, "V_HEAD": 128,
@@ -87,18 +87,6 @@ def trim(src: Path, out: Path, mode: str, keep: str, *extra: str) -> dict:
         return {"exit": 0}
     proc = mxtrim("trim", str(src), "--mode", mode, "--keep", keep, "--out", str(out), *extra)
     return {"exit": proc.returncode, "stderr": proc.stderr[-3000:]}
-
-
-def validate(out: Path, device: str, timeout: str, *flags: str) -> dict:
-    started = time.monotonic()
-    proc = mxtrim("validate", str(out), "--device", device, "--json", "--timeout", timeout, "--serve", *flags)
-    try:
-        doc = json.loads(proc.stdout)
-    except ValueError:
-        doc = {"error": (proc.stderr or proc.stdout)[-3000:]}
-    doc["wall_s"] = round(time.monotonic() - started, 1)
-    doc["exit"] = proc.returncode
-    return doc
 
 
 def runs(work: Path, small: bool, device: str, timeout: str, tp: int) -> dict:
@@ -194,9 +182,7 @@ def main() -> int:
     ap.add_argument("--timeout", default="600")
     args = ap.parse_args()
     work = args.work.resolve()
-    work.mkdir(parents=True, exist_ok=True)
-    results_path = work / "results.json"
-    results = json.loads(results_path.read_text()) if results_path.exists() else {}
+    results_path, results = results_of(work)
     for name, thunk in runs(work, args.small, args.device, args.timeout, args.tp).items():
         if (args.only and name not in args.only) or name in results:
             continue

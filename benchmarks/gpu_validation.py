@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import time
@@ -39,6 +38,27 @@ MLA576 = {"KV_LORA": 512, "QK_NOPE": 128, "QK_ROPE": 64, "V_HEAD": 128}
 
 def mxtrim(*args: str, timeout: float = 1800) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "mxtrim_tui", *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+
+
+def validate_json(out: Path, device: str, timeout: str, *flags: str) -> dict:
+    """``mxtrim validate OUT --serve --json …``: its document, with the wall time and the exit
+    status (the error text where it printed none)."""
+    started = time.monotonic()
+    proc = mxtrim("validate", str(out), "--device", device, "--json", "--timeout", timeout, "--serve", *flags)
+    try:
+        doc = json.loads(proc.stdout)
+    except ValueError:
+        doc = {"error": (proc.stderr or proc.stdout)[-3000:]}
+    doc["wall_s"] = round(time.monotonic() - started, 1)
+    doc["exit"] = proc.returncode
+    return doc
+
+
+def results_of(work: Path) -> tuple[Path, dict]:
+    """WORK/results.json and what an earlier run left in it (a run resumes where it stopped)."""
+    work.mkdir(parents=True, exist_ok=True)
+    path = work / "results.json"
+    return path, (json.loads(path.read_text()) if path.exists() else {})
 
 
 def source(name: str, work: Path) -> Path:
@@ -85,9 +105,7 @@ def main() -> int:
     ap.add_argument("--timeout", default="300")
     args = ap.parse_args()
     work = args.work.resolve()
-    work.mkdir(parents=True, exist_ok=True)
-    results_path = work / "results.json"
-    results = json.loads(results_path.read_text()) if results_path.exists() else {}
+    results_path, results = results_of(work)
     for name in args.only or MODELS:
         src = source(name, work)
         keep, extra = MODELS[name][1], MODELS[name][2]
@@ -101,18 +119,10 @@ def main() -> int:
                 if proc.returncode != 0:
                     results[key] = {"error": proc.stderr[-2000:]}
                     continue
-            flags = ["--serve"] + (extra if mode == "weights" else [f for f in extra if f == "--speculative"])
-            started = time.monotonic()
-            proc = mxtrim("validate", str(out), "--device", args.device, "--json", "--timeout", args.timeout, *flags)
-            try:
-                doc = json.loads(proc.stdout)
-            except ValueError:
-                doc = {"error": (proc.stderr or proc.stdout)[-2000:]}
-            doc["wall_s"] = round(time.monotonic() - started, 1)
-            doc["exit"] = proc.returncode
-            results[key] = doc
+            flags = extra if mode == "weights" else [f for f in extra if f == "--speculative"]
+            doc = results[key] = validate_json(out, args.device, args.timeout, *flags)
             results_path.write_text(json.dumps(results, indent=1))
-            print(f"{key}: exit {proc.returncode} in {doc['wall_s']} s", flush=True)
+            print(f"{key}: exit {doc['exit']} in {doc['wall_s']} s", flush=True)
     lines = ["| model | mode | start-up | generation | long input | speculative (MTP) | equivalence | KV tokens predicted / logged | exit |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for key, doc in results.items():
