@@ -690,10 +690,11 @@ def _validate_one_of_many(args, out: Path, python: str, now: dict | None, counte
     from .core.validate import batch
 
     serve = args.serve or args.equivalence
-    reason = None if args.again else batch.covers(batch.last_run(out), python, now, serve, args.equivalence, args.speculative)
+    earlier = None if args.again else batch.last_run(out)
+    reason = batch.covers(earlier, python, now, serve, args.equivalence, args.speculative)
     if reason:
         print(f"{counter} {out}: {reason}", file=sys.stderr, flush=True)
-        return batch.row_for_run(out, batch.last_run(out), batch.REUSED, reason)
+        return batch.row_for_run(out, earlier, batch.REUSED, reason)
     print(f"{counter} {out}", file=sys.stderr, flush=True)
     try:
         v, runs, _ = run_validation(out, args, quiet=True)

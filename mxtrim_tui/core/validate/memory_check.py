@@ -135,8 +135,8 @@ def source_weights(out: Path, opts):
     import json
 
     from ..model.inventory import build_inventory
-    from ..plan.budget import BudgetInputs, compute_budget
     from ..plan.build import Selection, build_plan
+    from ..plan.partition import rank_weights
     from ..read.source import CONFIG_ONLY, open_source
 
     try:
@@ -150,25 +150,13 @@ def source_weights(out: Path, opts):
         return None
     if plan.errors:
         return None
-    b = compute_budget(plan, BudgetInputs(tp=opts.tp, pp=opts.pp, expert_parallel=opts.expert_parallel,
-                                          max_model_len=opts.max_model_len, max_num_seqs=opts.max_num_seqs))
-    return b.ranks
+    return rank_weights(plan, max(1, opts.tp), opts.pp, expert_parallel=opts.expert_parallel)
 
 
 def compare(predicted: dict, actual: StartupFigures) -> dict:
     """``{figure: {predicted, actual, ratio, agrees}}`` and an overall verdict."""
-    rows = {}
-    for key in ("weights_bytes", "available_kv_bytes", "kv_tokens", "max_concurrency"):
-        p, a = predicted.get(key), getattr(actual, key)
-        ratio = (p / a) if (p is not None and a) else None
-        # within the printed figure's rounding, or within WITHIN of it
-        rounding = actual.rounding_bytes.get(key, 0) if actual.rounding_bytes else 0
-        if p is None or a is None:
-            agrees = None
-        else:
-            agrees = abs(p - a) <= rounding or (ratio is not None and abs(ratio - 1) <= WITHIN)
-        rows[key] = {"predicted": p, "actual": a, "ratio": round(ratio, 4) if ratio is not None else None,
-                     "agrees": agrees, "log_rounding": rounding or None}
+    rows = {key: _agreement(predicted.get(key), getattr(actual, key), actual.rounding_bytes.get(key, 0))
+            for key in ("weights_bytes", "available_kv_bytes", "kv_tokens", "max_concurrency")}
     per_rank = _per_rank(predicted.get("weights_by_rank") or {}, actual)
     compared = [r["agrees"] for r in [*rows.values(), *per_rank.values()] if r["agrees"] is not None]
     return {"figures": rows, "weights_by_rank": per_rank, "device": actual.device, "kv_bytes_per_token": predicted.get("kv_bytes_per_token"),
@@ -181,14 +169,16 @@ def _per_rank(predicted: dict, actual: StartupFigures) -> dict:
     if len(actual.weights_by_rank) < 2:
         return {}
     rounding = actual.rounding_bytes.get("weights_bytes", 0)
-    out = {}
-    for rank, a in sorted(actual.weights_by_rank.items()):
-        p = predicted.get(rank)
-        ratio = p / a if (p is not None and a) else None
-        agrees = None if p is None else (abs(p - a) <= rounding or (ratio is not None and abs(ratio - 1) <= WITHIN))
-        out[rank] = {"predicted": p, "actual": a, "ratio": round(ratio, 4) if ratio is not None else None,
-                     "agrees": agrees, "log_rounding": rounding or None}
-    return out
+    return {rank: _agreement(predicted.get(rank), a, rounding) for rank, a in sorted(actual.weights_by_rank.items())}
+
+
+def _agreement(p, a, rounding: int) -> dict:
+    """One figure predicted against logged: the ratio, and whether they agree — within the
+    printed figure's rounding, or within WITHIN of it (None: one of them is missing)."""
+    ratio = (p / a) if (p is not None and a) else None
+    agrees = None if (p is None or a is None) else (abs(p - a) <= rounding or (ratio is not None and abs(ratio - 1) <= WITHIN))
+    return {"predicted": p, "actual": a, "ratio": round(ratio, 4) if ratio is not None else None,
+            "agrees": agrees, "log_rounding": rounding or None}
 
 
 def summary(check: dict) -> str:
