@@ -499,7 +499,7 @@ def parse_size(text: str) -> int:
     return value
 
 
-def _serve_options(args, out: Path, plan_doc: dict):
+def _serve_options(args, out: Path, plan_doc: dict, vllm=None):
     import shlex
 
     from .core.user_settings import get_setting
@@ -509,7 +509,7 @@ def _serve_options(args, out: Path, plan_doc: dict):
     from .core.validate.serve import ServeOptions, cpu_attention_backend, cpu_serve_dtype
 
     # before anything starts: which interpreter holds vLLM (one line naming every place tried if none)
-    vllm = find_vllm_python(args.python, get_setting(SETTING))
+    vllm = vllm or find_vllm_python(args.python, get_setting(SETTING))
     probe = None
     if args.device != "cpu":
         from .core.probe.gpu import probe_gpus
@@ -553,12 +553,13 @@ def _chosen_gpu_memory(probe, gpus: str | None) -> int | None:
     return next((g.total_bytes for g in probe.gpus if str(g.index) == first), None)
 
 
-def run_validation(out: Path, args, quiet: bool):
-    """Validate ``out`` as the flags say; the result is recorded in the output directory."""
+def run_validation(out: Path, args, quiet: bool, vllm=None):
+    """Validate ``out`` as the flags say (``vllm``: the interpreter already found, else found
+    here); the result is recorded in the output directory."""
     from .core.validate.record import record
     from .core.validate.run import read_output, validate
 
-    opts = _serve_options(args, out, read_output(out))
+    opts = _serve_options(args, out, read_output(out), vllm)
     progress = _progress_printer() if getattr(args, "progress", False) else None
     if progress is None and not quiet:
         def progress(event: dict) -> None:
@@ -656,48 +657,49 @@ def cmd_validate_many(args) -> int:
     from .core.validate.locate import SETTING, find_vllm_python
 
     outputs, hand_made, folder = _many_outputs(args)
-    python = find_vllm_python(args.python, get_setting(SETTING)).python
-    now = now_versions(python)
+    vllm = find_vllm_python(args.python, get_setting(SETTING))
+    now = now_versions(vllm.python)
     rows = [batch.MatrixRow(str(o), batch.NOT_RUN) for o in outputs]
     _leftover_servers_notice(args)
     i = 0
 
-    def publish(complete: bool) -> tuple[Path, Path]:
-        return batch.write_matrix(folder, batch.matrix_document(rows, python, now, hand_made, complete))
+    def publish(complete: bool) -> tuple[dict, tuple[Path, Path]]:
+        doc = batch.matrix_document(rows, vllm.python, now, hand_made, complete)
+        return doc, batch.write_matrix(folder, doc)
 
     try:
         for i, out in enumerate(outputs):
-            rows[i] = _validate_one_of_many(args, out, python, now, f"[{i + 1}/{len(outputs)}]")
+            rows[i] = _validate_one_of_many(args, out, vllm, now, f"[{i + 1}/{len(outputs)}]")
             publish(False)
     except KeyboardInterrupt:
         if rows[i].state == batch.NOT_RUN:
             rows[i].state = batch.INTERRUPTED
-        paths = publish(False)
+        _, paths = publish(False)
         print(f"mxtrim: interrupted; finished rows kept in {paths[1]}", file=sys.stderr)
         raise
-    paths = publish(True)
-    doc = json.loads(paths[0].read_text(encoding="utf-8"))
+    doc, paths = publish(True)
     if args.json:
         json.dump(doc, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        print(paths[1].read_text(encoding="utf-8"))
+        print(batch.matrix_markdown(doc))
         print(f"matrix: {paths[1]} and {paths[0].name}")
     return 0 if all(r.ok for r in rows) else 1
 
 
-def _validate_one_of_many(args, out: Path, python: str, now: dict | None, counter: str):
+def _validate_one_of_many(args, out: Path, vllm, now: dict | None, counter: str):
     from .core.validate import batch
+    from .core.validate.examples import last_run
 
     serve = args.serve or args.equivalence
-    earlier = None if args.again else batch.last_run(out)
-    reason = batch.covers(earlier, python, now, serve, args.equivalence, args.speculative)
+    earlier = None if args.again else last_run(out)
+    reason = batch.covers(earlier, vllm.python, now, serve, args.equivalence, args.speculative)
     if reason:
         print(f"{counter} {out}: {reason}", file=sys.stderr, flush=True)
         return batch.row_for_run(out, earlier, batch.REUSED, reason)
     print(f"{counter} {out}", file=sys.stderr, flush=True)
     try:
-        v, runs, _ = run_validation(out, args, quiet=True)
+        v, runs, _ = run_validation(out, args, quiet=True, vllm=vllm)
     except InputError as exc:
         print(f"mxtrim: error: {exc}", file=sys.stderr, flush=True)
         return batch.MatrixRow(str(out), batch.REFUSED, False, note=str(exc))

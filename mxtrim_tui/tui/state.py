@@ -10,8 +10,6 @@ from ..core.plan.budget import BudgetInputs
 from ..core.model.inventory import Inventory
 from ..core.plan.build import Selection, TrimPlan
 
-from ..core.plan.blockers import NO_WEIGHTS
-
 
 @dataclass
 class WizardState:
@@ -101,13 +99,12 @@ class WizardState:
     def _shards(self, plan: TrimPlan) -> tuple:
         """(plan, the shards a real-weight trim of it reads, why real weights cannot be written
         or None), computed once per plan (the output screen asks on every keystroke)."""
-        from ..core.plan.needed_shards import needed_shards, weights_blocker
+        from ..core.plan.blockers import real_weights_blocker
+        from ..core.plan.needed_shards import needed_shards
 
         if self._needed is None or self._needed[0] is not plan:
-            if not plan.inventory.source.all_headers:
-                self._needed = (plan, [], NO_WEIGHTS)
-            else:
-                self._needed = (plan, needed_shards(plan), weights_blocker(plan))
+            headers = plan.inventory.source.all_headers
+            self._needed = (plan, needed_shards(plan) if headers else [], real_weights_blocker(plan))
         return self._needed
 
     def needed_shards(self, plan: TrimPlan | None = None) -> list:

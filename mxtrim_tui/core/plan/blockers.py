@@ -19,7 +19,13 @@ def write_blockers(plan: TrimPlan, serve: BudgetInputs | None, mode: str | None,
     if serve is not None:
         found += [f"--{key}: {message}" for key, message in check_parallelism(plan, serve).items()]
     if mode == "weights":
-        missing = weights_blocker(plan, repo) if plan.inventory.source.all_headers else NO_WEIGHTS
+        missing = real_weights_blocker(plan, repo)
         if missing:
             found.append(missing)
     return found
+
+
+def real_weights_blocker(plan: TrimPlan, repo: str | None = None) -> str | None:
+    """Why a real-weight output of ``plan`` cannot be written (None: it can): a source without
+    weights, or the shards it reads that are not on disk."""
+    return weights_blocker(plan, repo) if plan.inventory.source.all_headers else NO_WEIGHTS

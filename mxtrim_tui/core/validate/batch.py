@@ -10,12 +10,13 @@ validated again unless asked (``--again``): its row is that run's, marked as reu
 from __future__ import annotations
 
 import json
-import os
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .examples import DRIFT_KEYS, is_mxtrim_output, model_dirs, versions_of
-from .run import EQUIVALENCE, FAILED, GENERATION, LONG_INPUT, MEMORY, SPECULATIVE, START_UP, UNVERIFIED
+from .record import replace_text
+from .run import (DIFFERS, EQUIVALENCE, FAILED, GENERATION, LONG_INPUT, MEMORY, NOT_APPLICABLE, NOT_COMPARABLE, PASSED,
+                  SPECULATIVE, START_UP, UNVERIFIED)
 
 SCHEMA = "mxtrim.validation-matrix/1"
 MATRIX_JSON, MATRIX_MD = "validation-matrix.json", "validation-matrix.md"
@@ -37,23 +38,16 @@ class MatrixRow:
     note: str = ""
 
     def to_json(self) -> dict:
-        return {"output": self.output, "state": self.state, "ok": self.ok, "started": self.started,
-                "cells": self.cells, "note": self.note}
+        return asdict(self)
 
 
 def outputs_in(folder: Path) -> tuple[list[Path], list[Path]]:
     """(mxtrim outputs, hand-made examples) among the model directories of ``folder``, by
     name, told apart as ``mxtrim examples`` tells them."""
-    dirs = model_dirs(folder)
-    return [p for p in dirs if is_mxtrim_output(p)], [p for p in dirs if not is_mxtrim_output(p)]
-
-
-def last_run(out: Path) -> dict | None:
-    try:
-        runs = json.loads((out / "validation.json").read_text(encoding="utf-8")).get("runs")
-    except (OSError, ValueError, AttributeError):
-        return None
-    return runs[-1] if isinstance(runs, list) and runs and isinstance(runs[-1], dict) else None
+    mine, hand_made = [], []
+    for path in model_dirs(folder):
+        (mine if is_mxtrim_output(path) else hand_made).append(path)
+    return mine, hand_made
 
 
 def _row_status(run: dict, check: str) -> str | None:
@@ -69,7 +63,7 @@ def covers(run: dict | None, python: str, now: dict | None, serve: bool, equival
     then = versions_of(run.get("environment") or {})
     if any(then.get(k) != now.get(k) for k in DRIFT_KEYS):
         return None
-    executed = {"passed", FAILED, "differs", "not comparable", "not applicable"}
+    executed = {PASSED, FAILED, DIFFERS, NOT_COMPARABLE, NOT_APPLICABLE}
     asked = [(serve, START_UP), (equivalence, EQUIVALENCE), (speculative, SPECULATIVE)]
     if any(wanted and _row_status(run, check) not in executed for wanted, check in asked):
         return None
@@ -84,7 +78,7 @@ def cells_of(run: dict) -> dict:
     server = {check for _, check in COLUMNS}
     offline = [r for name, r in rows.items() if name not in server]
     failed = [r for r in offline if r.get("status") == FAILED]
-    out = {OFFLINE: {"status": FAILED if failed else ("passed" if offline else UNVERIFIED)}}
+    out = {OFFLINE: {"status": FAILED if failed else (PASSED if offline else UNVERIFIED)}}
     if failed:
         out[OFFLINE]["failed"] = [r.get("check") for r in failed]
     for column, check in COLUMNS:
@@ -137,8 +131,6 @@ def matrix_markdown(doc: dict) -> str:
 def write_matrix(folder: Path, doc: dict) -> tuple[Path, Path]:
     """Both files, each replaced atomically."""
     paths = folder / MATRIX_JSON, folder / MATRIX_MD
-    for path, text in zip(paths, (json.dumps(doc, indent=2) + "\n", matrix_markdown(doc))):
-        tmp = path.with_name(f".{path.name}.mxtrim-{os.getpid()}")
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
+    replace_text(paths[0], json.dumps(doc, indent=2) + "\n")
+    replace_text(paths[1], matrix_markdown(doc))
     return paths

@@ -63,6 +63,21 @@ def _json(path: Path):
         return None
 
 
+def _text(path: Path) -> str | None:
+    """A text file (None: it cannot be read)."""
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+
+
+def _loads(text: str | None):
+    try:
+        return json.loads(text) if text is not None else None
+    except ValueError:
+        return None
+
+
 def versions_of(environment: dict) -> dict:
     """{python, vllm, ...: version} of a recorded or probed environment."""
     packages = environment.get("packages") or {}
@@ -77,21 +92,22 @@ def read_example(path: Path, now: dict | None) -> Example:
     plan = _json(path / "mxtrim-plan.json")
     ex = Example(path.name, str(path), "mxtrim" if isinstance(plan, dict) else "hand")
     ex.launch_scripts = sorted(p.name for p in path.glob("*.sh") if p.is_file())
+    texts = {name: _text(path / name) for name in ["README.md", *ex.launch_scripts, "config.json"]}
     if isinstance(plan, dict):
-        _read_mxtrim(path, plan, ex)
+        _read_mxtrim(path, plan, ex, texts["README.md"])
     else:
-        config = _json(path / "config.json") or {}
+        config = _loads(texts["config.json"]) or {}
         depth = config.get("num_hidden_layers") if isinstance(config, dict) else None
         ex.layers = depth if isinstance(depth, int) else None
         ex.source = {"path": None, "state": "not recorded", "detail": "a hand-made example records no source"}
         if not any((path / name).is_file() for name in TOKENIZER_FILES):
             ex.problems.append(f"no tokenizer files: none of {', '.join(TOKENIZER_FILES)} beside config.json")
     _read_validation(path, ex, now)
-    ex.problems += _stale_paths(path, ex.launch_scripts)
+    ex.problems += _stale_paths(texts)
     return ex
 
 
-def _read_mxtrim(path: Path, plan: dict, ex: Example) -> None:
+def _read_mxtrim(path: Path, plan: dict, ex: Example, readme: str | None) -> None:
     ex.mode = plan.get("mode") if plan.get("mode") in ("dummy", "weights") else "unknown"
     kept = (plan.get("kept") or {}).get("text")
     ex.layers = len(kept) if isinstance(kept, list) else None
@@ -112,25 +128,23 @@ def _read_mxtrim(path: Path, plan: dict, ex: Example) -> None:
         ex.source = {"path": source, "state": "present", "detail": "its headers were not pinned (dummy output)"}
     if manifest is not None:
         ex.problems += _shard_problems(path, manifest)
-    ex.problems += _asset_problems(path)
+    ex.problems += _asset_problems(path, readme)
 
 
-def _listed_files(path: Path) -> list[tuple[str, str]]:
+def _listed_files(readme: str | None) -> list[tuple[str, str]]:
     """(file, kind) of every file the output's report (README.md, its "Files" table) lists as
     written."""
-    try:
-        text = (path / "README.md").read_text(encoding="utf-8", errors="replace")[:TEXT_LIMIT]
-    except OSError:
+    if readme is None:
         return []
-    section = text.partition("\n## Files\n")[2].split("\n## ", 1)[0]
+    section = readme[:TEXT_LIMIT].partition("\n## Files\n")[2].split("\n## ", 1)[0]
     return [(m.group(1), m.group(2).strip()) for m in _FILES_ROW.finditer(section)]
 
 
-def _asset_problems(path: Path) -> list[str]:
+def _asset_problems(path: Path, readme: str | None) -> list[str]:
     """The non-shard files the report lists (config, tokenizer, templates, scripts, manifest)
     that are gone from the output; weight shards are checked against the manifest instead."""
     found = []
-    for name, kind in _listed_files(path):
+    for name, kind in _listed_files(readme):
         if kind == "weights" or Path(name).is_absolute() or ".." in Path(name).parts:
             continue
         if not (path / name).exists():
@@ -152,28 +166,32 @@ def _shard_problems(path: Path, manifest: dict) -> list[str]:
     return found
 
 
-def _read_validation(path: Path, ex: Example, now: dict | None) -> None:
-    history = _json(path / "validation.json")
+def last_run(out: Path) -> dict | None:
+    """The last run recorded in ``out``'s validation.json (None: none, or unreadable)."""
+    history = _json(out / "validation.json")
     runs = history.get("runs") if isinstance(history, dict) else None
-    if not runs or not isinstance(runs[-1], dict):
+    return runs[-1] if isinstance(runs, list) and runs and isinstance(runs[-1], dict) else None
+
+
+def _read_validation(path: Path, ex: Example, now: dict | None) -> None:
+    last = last_run(path)
+    if last is None:
         return
-    last = runs[-1]
     then = versions_of(last.get("environment") or {})
     ex.validation = {"ok": last.get("ok"), "started": last.get("started"), "versions": then}
     if now is not None:
         ex.drift = {k: {"then": then.get(k), "now": now.get(k)} for k in DRIFT_KEYS if then.get(k) != now.get(k)}
 
 
-def _stale_paths(path: Path, scripts: list[str]) -> list[str]:
-    """Absolute paths named in the README, the launch scripts and config.json that do not exist."""
+def _stale_paths(texts: dict[str, str | None]) -> list[str]:
+    """Absolute paths named in the README, the launch scripts and config.json (``texts``: file
+    name -> its text) that do not exist."""
     found = []
-    for name in ["README.md", *scripts, "config.json"]:
-        try:
-            text = (path / name).read_text(encoding="utf-8", errors="replace")[:TEXT_LIMIT]
-        except OSError:
+    for name, text in texts.items():
+        if text is None:
             continue
         seen = set()
-        for match in _ABSOLUTE.finditer(text):
+        for match in _ABSOLUTE.finditer(text[:TEXT_LIMIT]):
             named = match.group(1).rstrip(".,;:)")
             if named in seen or named.count("/") < 2 or Path(named).exists():
                 continue
@@ -189,6 +207,15 @@ def model_dirs(folder: Path) -> list[Path]:
     return [p for p in sorted(folder.iterdir()) if p.is_dir() and (p / "config.json").is_file()]
 
 
+def folder_stamp(folder: Path) -> tuple:
+    """What changes when an output is written into ``folder`` or one of its models validated
+    (a file renamed into it): the folder's and each model directory's modification times."""
+    try:
+        return (folder.stat().st_mtime_ns, tuple((p.name, p.stat().st_mtime_ns) for p in sorted(folder.iterdir()) if p.is_dir()))
+    except OSError:
+        return ()
+
+
 def is_mxtrim_output(path: Path) -> bool:
     return isinstance(_json(path / "mxtrim-plan.json"), dict)
 
@@ -200,7 +227,8 @@ def scan(folder: Path, now: dict | None) -> list[Example]:
 def example_details(ex: Example, script_lines: int = 3) -> dict:
     """What a closer look at one example shows beyond its row: for an mxtrim output the layers
     kept per submodel (original indices), whether MTP was kept and the model it was cut from
-    (``mxtrim-plan.json``); for every launch script its first lines (read, never run)."""
+    (``mxtrim-plan.json``); for a hand-made example every launch script's first lines (read,
+    never run; an output's scripts are its own, listed by name). Read when one is opened."""
     path = Path(ex.path)
     plan = _json(path / "mxtrim-plan.json") if ex.made_by == "mxtrim" else None
     plan = plan if isinstance(plan, dict) else {}
@@ -208,6 +236,9 @@ def example_details(ex: Example, script_lines: int = 3) -> dict:
     model = plan.get("model") if isinstance(plan.get("model"), dict) else {}
     scripts = {}
     for name in ex.launch_scripts:
+        if ex.made_by != "hand":
+            scripts[name] = []
+            continue
         try:
             with open(path / name, encoding="utf-8", errors="replace") as fh:
                 scripts[name] = [line.rstrip("\r\n")[:300] for _, line in zip(range(script_lines), fh)]

@@ -14,7 +14,8 @@ HISTORY = "validation.json"
 SECTION = "## Validation"
 
 
-def _replace(path: Path, text: str) -> None:
+def replace_text(path: Path, text: str) -> None:
+    """``path`` holds ``text``: written beside it, then renamed over it."""
     tmp = path.with_name(f".{path.name}.mxtrim-{os.getpid()}")
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
@@ -33,7 +34,7 @@ def append_history(v: Validation) -> int:
         # an unreadable history is kept under another name, never overwritten
         os.replace(path, path.with_name(HISTORY + ".unreadable"))
     runs.append(v.to_json())
-    _replace(path, json.dumps({"schema": "mxtrim.validation-history/1", "runs": runs}, indent=2, ensure_ascii=False) + "\n")
+    replace_text(path, json.dumps({"schema": "mxtrim.validation-history/1", "runs": runs}, indent=2, ensure_ascii=False) + "\n")
     return len(runs)
 
 
@@ -111,7 +112,7 @@ def update_readme(v: Validation, runs: int) -> None:
     else:
         end = readme.find("\n## ", start + 1 + len(SECTION))
         new = readme[: start + 1] + section + ("\n" + readme[end + 1 :] if end >= 0 else "")
-    _replace(path, new)
+    replace_text(path, new)
 
 
 def record(v: Validation) -> int:

@@ -161,15 +161,14 @@ def parse_startup(lines: Iterable[str]) -> StartupFigures:
         if not msg:
             continue
         if (m := _WEIGHTS.match(msg)) is not None:
-            by_rank["weights"].setdefault(worker_rank(line), _gib_to_bytes(m.group("gib") or m.group("gb")))
+            text = m.group("gib") or m.group("gb")
+            by_rank["weights"].setdefault(worker_rank(line), _gib_to_bytes(text))
             if "weights_bytes" not in found:
-                found["weights_bytes"] = _gib_to_bytes(m.group("gib") or m.group("gb"))
-                rounding["weights_bytes"] = _half_unit_bytes(m.group("gib") or m.group("gb"))
+                found["weights_bytes"], rounding["weights_bytes"] = _gib_to_bytes(text), _half_unit_bytes(text)
         elif (m := _AVAILABLE_GPU.match(msg) or _RESERVED_GPU.match(msg)) is not None:
             by_rank["kv"].setdefault(worker_rank(line), _gib_to_bytes(m.group("gib")))
             if "available_kv_bytes" not in found:
-                found["available_kv_bytes"] = _gib_to_bytes(m.group("gib"))
-                rounding["available_kv_bytes"] = _half_unit_bytes(m.group("gib"))
+                found["available_kv_bytes"], rounding["available_kv_bytes"] = _gib_to_bytes(m.group("gib")), _half_unit_bytes(m.group("gib"))
             found.setdefault("device", "gpu")
         elif (m := _CPU_KV.match(msg)) is not None:
             if "available_kv_bytes" not in found:

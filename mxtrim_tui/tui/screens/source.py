@@ -142,8 +142,11 @@ class SourceScreen(WizardScreen):
     def __init__(self, tree_root: Path | None = None) -> None:
         super().__init__()
         self.tree_root = tree_root or Path.cwd()
-        self.examples: dict[str, tuple] = {}  # row key (the example's path) -> (example, details)
+        self.examples: dict = {}  # row key (the example's path) -> the example
         self._advance_to: Path | None = None  # a source read from the workspace list: go on once read
+        self._workspace_scan: tuple | None = None  # (folder, examples, why none) last shown
+        self._workspace_stamp: tuple | None = None  # the folder as it was when last scanned
+        self._workspace_note = ""
 
     def compose(self) -> ComposeResult:
         yield from self.compose_header()
@@ -244,41 +247,45 @@ class SourceScreen(WizardScreen):
         if table.display:
             table.focus()
         else:
-            self.notify(getattr(self, "_workspace_note", "") or "the workspace is still being read", timeout=4)
+            self.notify(self._workspace_note or "the workspace is still being read", timeout=4)
 
     # --- the workspace's reduced models (thread worker) --------------------------------------
     @on(events.ScreenResume)
     def _rescan_workspace(self) -> None:
-        """Each time the step is shown: a write of this session lands in the workspace."""
+        """Each time the step is shown (a dialog closed over it too): read again only when the
+        folder changed since (a write or a validation of this session landed in it)."""
         from ...core.validate.examples import workspace_folder
 
         self._scan_workspace(workspace_folder(None, Path(os.path.abspath(self.app.state.workspace))))
 
     @work(thread=True, exclusive=True, group="workspace", exit_on_error=False)
     def _scan_workspace(self, folder: Path) -> None:
-        from ...core.validate.examples import example_details, scan
+        from ...core.validate.examples import folder_stamp, scan
 
+        stamp = (folder, folder_stamp(folder))
+        if stamp == self._workspace_stamp and self._workspace_scan is not None:
+            return
         try:
             # the environment now is not probed (it starts the vLLM interpreter): no drift here
-            found, why = [(e, example_details(e)) for e in scan(folder, None)], ""
+            found, why = scan(folder, None), ""
         except OSError as exc:
             found, why = [], f"cannot read {folder}: {exc.strerror or exc}"
+        self._workspace_stamp = stamp
         self.app.call_from_thread(self._show_workspace, folder, found, why)
 
     @on(events.Resize)
     def _fit_workspace(self) -> None:
         """The list's columns and the lines above it fit the new width."""
-        if getattr(self, "_workspace_scan", None) is not None:
+        if self._workspace_scan is not None:
             self._show_workspace(*self._workspace_scan, force=True)
 
     def _show_workspace(self, folder: Path, found: list, why: str, force: bool = False) -> None:
         table = self.query_one("#workspace", DataTable)
         note = self.query_one("#workspace-note", Static)
-        shown = [(e.to_json(), d) for e, d in found]
-        if not force and shown == getattr(self, "_workspace_shown", None) and table.row_count == len(found):
+        if not force and self._workspace_scan is not None and found == self._workspace_scan[1] and table.row_count == len(found):
             return  # unchanged: keep the cursor where it is
-        self._workspace_shown, self._workspace_scan = shown, (folder, found, why)
-        self.examples = {e.path: (e, d) for e, d in found}
+        self._workspace_scan = (folder, found, why)
+        self.examples = {e.path: e for e in found}
         table.display = self.query_one("#workspace-title").display = bool(found)
         note.display = not found
         width = self.app.size.width - 2
@@ -291,15 +298,16 @@ class SourceScreen(WizardScreen):
         title = f"Workspace (^o): {len(found)} model{'s' * (len(found) != 1)}, Enter opens one · {{}}"
         self.query_one("#workspace-title", Label).update(Text(title.format(cut_middle(str(folder), width - len(title) + 2))))
         row = table.cursor_row
-        fill_table(table, [e for e, _ in found], width)
+        fill_table(table, found, width)
         table.move_cursor(row=min(row, len(found) - 1))
 
     @on(DataTable.RowSelected, "#workspace")
     def _open_example(self, event: DataTable.RowSelected) -> None:
-        entry = self.examples.get(event.row_key.value)
-        if entry is not None:
-            example, details = entry
-            self.app.push_screen(ExampleDialog(example, details), lambda choice: self._example_chosen(example, choice))
+        from ...core.validate.examples import example_details
+
+        example = self.examples.get(event.row_key.value)
+        if example is not None:  # its plan and scripts read now, for the one opened
+            self.app.push_screen(ExampleDialog(example, example_details(example)), lambda choice: self._example_chosen(example, choice))
 
     def _example_chosen(self, example, choice: str | None) -> None:
         if choice == "use":
