@@ -216,9 +216,8 @@ def _plan(request):
 
     from .core.checks.plan_outcome import checked_plan_cached
 
-    keep = list(request.keep) if request.keep is not None else None
     inv = build_inventory(open_source(request.source))
-    plan = build_plan(inv, Selection.parse(keep, request.mtp))
+    plan = build_plan(inv, Selection.parse(request.keep_list, request.mtp))
     # checked against transformers in a child process (torch's memory goes back with it),
     # or from the verdict kept for these very inputs
     return checked_plan_cached(plan, force=request.force, request=request)

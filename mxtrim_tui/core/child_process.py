@@ -44,8 +44,9 @@ def stop_group(pid: int, steps=((signal.SIGTERM, 5.0),), *, exited, hurry=lambda
     hurry)`` waits up to that long, giving up early once ``hurry()`` is true, and says whether
     it has exited; with ``hurry()`` true the steps before SIGKILL are skipped. ``also(sig)``
     signals what the group does not hold (a recorded server's processes). Returns the name of
-    the last signal sent (None: it had exited already). Used by every child: the trim the
-    wizard runs, the extraction script, the vLLM server, a leftover server."""
+    the last signal sent (None: it had exited already). Used for every child that has something
+    to clean up: the trim the wizard runs, the extraction script, the vLLM server, a leftover
+    server (the transformers check child holds nothing and is killed outright)."""
     never = lambda: False  # noqa: E731 - the SIGKILL wait is not cut short
     used = None
     for sig, seconds in (*steps, (signal.SIGKILL, KILL_WAIT)):
@@ -68,6 +69,12 @@ def stop_group(pid: int, steps=((signal.SIGTERM, 5.0),), *, exited, hurry=lambda
         if exited(seconds, hurry if sig != signal.SIGKILL else never):
             break
     return used
+
+
+def terminate(proc: subprocess.Popen, grace: float = 5.0) -> None:
+    """SIGTERM the child's process group (it cleans up), SIGKILL if it has not exited within
+    ``grace`` seconds."""
+    stop_group(proc.pid, ((signal.SIGTERM, grace),), exited=popen_exited(proc))
 
 
 def popen_exited(proc):

@@ -33,7 +33,8 @@ from .screens.budget import BudgetScreen
 from .screens.inventory import InventoryScreen
 from .screens.output import OutputScreen
 from .screens.run import RunScreen
-from .children import terminate, trim_argv
+from ..core.child_process import terminate
+from .children import trim_argv
 from .screens.selection import SelectionScreen
 from .screens.source import SourceScreen
 from .keymap import binding_scopes, check_keymap

@@ -1,17 +1,9 @@
-"""The children the wizard runs: the command line of a write, and how one is stopped."""
+"""The children the wizard runs: the command line of a write (stopped by
+``core.child_process.terminate``)."""
 
 from __future__ import annotations
 
-import signal
-import subprocess
 import sys
-
-from ..core.child_process import popen_exited, stop_group
-
-
-def terminate(proc: subprocess.Popen, grace: float = 5.0) -> None:
-    """SIGTERM the child's process group (it cleans up), SIGKILL if it does not exit."""
-    stop_group(proc.pid, ((signal.SIGTERM, grace),), exited=popen_exited(proc))
 
 
 def trim_argv(plan_file, out) -> list[str]:

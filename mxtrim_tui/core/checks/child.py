@@ -7,7 +7,7 @@ import torch and transformers, seconds of work and a few hundred MB. They run in
 kept for the next: requests and answers are JSON lines on its stdin / stdout. The child is in
 its own session (a terminal's Ctrl-C reaches mxtrim, which stops it), gets a parent-death
 signal where mxtrim can set one, and is stopped when mxtrim exits. Verdicts already
-remembered (:mod:`.check_cache`) need no child at all.
+remembered (:mod:`.cache`) need no child at all.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The transformers check of a plan, run in the check child process and remembered.
 
-:func:`checked_plan_cached` gives what :func:`transformers_check.checked_plan` gives, without
+:func:`checked_plan_cached` gives what :func:`.transformers_plan.checked_plan` gives, without
 importing torch or transformers into the calling process: the check runs in the run's check
 child (:mod:`.child`), which rebuilds the same plan from the same request (source, ``--keep`` specs, MTP choice) and answers with the check's *outcome*:
 what it changed (the text selection when it widened an automatic one, fields it solved),
@@ -99,8 +99,7 @@ def checked_plan_cached(plan: TrimPlan, *, force: bool = False, request: TrimReq
         from .child import CheckChild
 
         child = CheckChild.shared()
-        keep = list(request.keep) if request.keep is not None else None
-        outcome = child.ask({"op": "plan", "source": str(request.source), "keep": keep, "mtp": request.mtp, "force": force})
+        outcome = child.ask({"op": "plan", "source": str(request.source), "keep": request.keep_list, "mtp": request.mtp, "force": force})
         if outcome is None:
             failed = TransformersCheck(NOT_CHECKED, f"the check's process failed ({child.last_words()})")
             return dataclasses.replace(plan, transformers_check=failed)

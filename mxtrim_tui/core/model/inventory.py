@@ -303,7 +303,7 @@ def _generic_stacks(names) -> tuple[Stack, ...]:
             sub = prefix.rstrip(".")
         cfg_path = {"vision": ("vision_config",), "audio": ("audio_config",), "text": ("text_config",)}.get(sub, ())
         stacks.append(Stack(sub, (prefix,), config_path=cfg_path, depth_fields=GENERIC_DEPTH_FIELDS,
-                            attention=layer_types_rule if sub == "text" else None))
+                            depth_aliases=GENERIC_DEPTH_ALIASES, attention=layer_types_rule if sub == "text" else None))
     return tuple(stacks)
 
 
@@ -313,6 +313,7 @@ GENERIC_DEPTH_FIELDS = ("num_hidden_layers", "n_layer", "n_layers", "num_layers"
 # Counts that are the depth when they equal it (xLSTM builds num_blocks blocks beside its
 # num_hidden_layers); rewritten with it, never read as it.
 GENERIC_DEPTH_ALIASES = ("num_blocks", "n_blocks")
+
 
 def _text_rank(prefix: str) -> int:
     """Which discovered stack is the text decoder: a language-model path first, an encoder

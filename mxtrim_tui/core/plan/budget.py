@@ -31,6 +31,12 @@ from .build import TrimPlan, text_config
 from .partition import RankWeights, block_split_problems, rank_weights
 
 
+# The utilisation the report's serve command, validation's server and the budget assume unless
+# told otherwise (BudgetInputs' default); vLLM's own, for a server started without the flag.
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.8
+VLLM_GPU_MEMORY_UTILIZATION = 0.9
+
+
 @dataclass(frozen=True)
 class BudgetInputs:
     tp: int = 1
@@ -38,7 +44,7 @@ class BudgetInputs:
     max_model_len: int = 4096
     max_num_seqs: int = 1
     max_num_batched_tokens: int | None = None
-    gpu_memory_utilization: float = 0.8  # DEFAULT_GPU_MEMORY_UTILIZATION: what mxtrim's serve commands pass
+    gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION
     gpu_total_bytes: int | None = None
     kv_cache_dtype: str = "auto"  # vLLM's --kv-cache-dtype: auto (the model's dtype), fp8, fp8_e4m3, ...
     dp: int = 1
@@ -52,11 +58,10 @@ class BudgetInputs:
 
 
 GiB = 1 << 30
-# The utilisation the report's serve command, validation's server and the budget assume unless
-# told otherwise (BudgetInputs' default); vLLM's own, for a server started without the flag.
-DEFAULT_GPU_MEMORY_UTILIZATION = 0.8
-VLLM_GPU_MEMORY_UTILIZATION = 0.9
 COUNT_FIELDS = ("tp", "pp", "dp", "max_model_len", "max_num_seqs", "max_num_batched_tokens")
+# every key parse_budget_inputs takes: the serve settings, as the CLI's flags, the budget step
+# and a plan file name them
+SERVE_KEYS = COUNT_FIELDS + ("gpu_memory_utilization", "kv_cache_dtype", "gpu_gib", "expert_parallel")
 KV_CACHE_DTYPES = ("auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_ds_mla")
 _DECIMAL = re.compile(r"([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][-+]?[0-9]+)?")
 
@@ -362,10 +367,9 @@ def _quantized_split_problems(plan: TrimPlan, cfg: dict, tp: int, has_moe: bool,
     """TP shares that are not whole quantization blocks / groups. Block FP8 with its tensors on
     disk: every retained FP8 weight by its header shape (``partition.block_split_problems``);
     otherwise the MLP widths of the config."""
-    block_size = (plan.inventory.quantization.config.get("weight_block_size") if plan.inventory.quantization else None)
-    if tp > 1 and isinstance(block_size, list) and len(block_size) == 2 and any(
-            plan.inventory.source.is_present(old) for old, _ in plan.renames):
-        found = block_split_problems(plan, tp, expert_parallel, (int(block_size[0]), int(block_size[1])))
+    block_size = _fp8_block(plan)
+    if tp > 1 and block_size and any(plan.inventory.source.is_present(old) for old, _ in plan.renames):
+        found = block_split_problems(plan, tp, expert_parallel, block_size)
         return found + ([f"fix: a smaller TP{', or expert parallelism' if has_moe and not expert_parallel else ''}"] if found else [])
     problems = []
     sizes = [("intermediate_size", first_int(cfg, "intermediate_size"))]
@@ -383,14 +387,23 @@ def _quantized_split_problems(plan: TrimPlan, cfg: dict, tp: int, has_moe: bool,
     return problems
 
 
+def _fp8_block(plan: TrimPlan) -> tuple[int, int] | None:
+    """The block-FP8 ``weight_block_size`` (block_n, block_k), when the config has a valid one."""
+    q = plan.inventory.quantization
+    block = q.config.get("weight_block_size") if q is not None else None
+    if isinstance(block, list) and len(block) == 2 and all(type(x) is int and x > 0 for x in block):
+        return block[0], block[1]
+    return None
+
+
 def _quant_block(plan: TrimPlan) -> tuple[str, int] | None:
     """The quantization's granularity over a linear layer's input (FP8 block ``block_n``,
     AWQ / GPTQ ``group_size``) that each TP shard must keep whole, or None."""
     q = plan.inventory.quantization
     if q is None:
         return None
-    block = q.config.get("weight_block_size")
-    if isinstance(block, list) and len(block) == 2 and all(type(x) is int and x > 0 for x in block):
+    block = _fp8_block(plan)
+    if block:
         return "block size", block[0]
     group = q.config.get("group_size")
     if type(group) is int and group > 0:
@@ -421,4 +434,4 @@ def _max_model_len(plan: TrimPlan) -> int:
 
 def default_serve(plan: TrimPlan) -> BudgetInputs:
     """The settings the report's serve command uses when none are chosen."""
-    return BudgetInputs(max_model_len=_max_model_len(plan), max_num_seqs=1, gpu_memory_utilization=DEFAULT_GPU_MEMORY_UTILIZATION)
+    return BudgetInputs(max_model_len=_max_model_len(plan), max_num_seqs=1)

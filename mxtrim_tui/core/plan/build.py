@@ -22,7 +22,7 @@ from .config_edit import MISSING, ConfigEdit, apply_edits, get_path
 from ..model.families.base import DENSE, DSA_FULL, DSA_SHARED, HASH_MOE, MOE, Stack, first_int, require_moe
 from ..read.source import CONFIG_ONLY
 from ..model.inventory import (
-    GENERIC_DEPTH_ALIASES, GENERIC_DEPTH_FIELDS, PER_LAYER_LISTS, Inventory, LayerKind, is_layer_index_list, stack_config,
+    PER_LAYER_LISTS, Inventory, LayerKind, is_layer_index_list, stack_config,
 )
 from ..units import index_ranges, shown_bytes
 
@@ -525,10 +525,9 @@ def _rewrite_stack(ctx: TrimContext, stack: Stack | None, old_n: int, keep: list
             wrote_depth = True
     if not wrote_depth and stack is not None and stack.submodel == "text":
         ctx.set(depth_fields[0], new_n, "kept layers")
-    if depth_fields == GENERIC_DEPTH_FIELDS:
-        for f in GENERIC_DEPTH_ALIASES:
-            if cfg.get(f) == old_n and not isinstance(cfg.get(f), bool):
-                ctx.set(f, new_n, "kept layers")
+    for f in stack.depth_aliases if stack else ():
+        if cfg.get(f) == old_n and not isinstance(cfg.get(f), bool):
+            ctx.set(f, new_n, "kept layers")
     last = max(keep, default=-1)
 
     def entries_missing(f: str, v) -> bool:

@@ -13,8 +13,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import psutil
-
 from .layout import HEAD, LAYER, MTP, OTHER, Extraction, asset_files, build_extraction, json_text, utf8
 from .build import TrimPlan
 from ..units import DEFAULT_MAX_SHARD_BYTES, human_bytes
@@ -115,6 +113,8 @@ def check_free_space(estimate: DiskEstimate, out_dir: Path) -> tuple[bool, int, 
     """``(ok, free bytes, message)`` for writing ``estimate`` at ``out_dir``: ok when the
     free space of the filesystem that will hold it, minus a margin (see
     :func:`free_space_margin`), covers the output."""
+    import psutil  # here, not at import: the writers and the wizard load this module early
+
     where = existing_ancestor(out_dir)
     usage = psutil.disk_usage(str(where))
     margin = free_space_margin(usage.total, estimate.total)

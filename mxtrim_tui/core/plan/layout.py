@@ -23,6 +23,8 @@ from .build import TrimPlan
 from ..read.safetensors_io import build_header_bytes
 from ..read.source import FileKind, ModelSource
 
+# What a dummy directory needs besides the rewritten config (seed: "Generate the output directory"):
+# copied whatever their size.
 ASSET_KINDS = (
     FileKind.TOKENIZER,
     FileKind.TOKENIZER_CONFIG,
@@ -36,7 +38,6 @@ ASSET_KINDS = (
 SIDE_KINDS = (FileKind.QUANT_RECIPE, FileKind.UNKNOWN)
 SIDE_FILE_LIMIT_BYTES = 16 * 1024 * 1024
 OVER_SIDE_LIMIT = f"over the {SIDE_FILE_LIMIT_BYTES // (1024 * 1024)} MiB limit for unknown files"
-# Why a file of these kinds is not copied (weight shards and their index: the report's own line).
 PAGE = 4096
 SINGLE_SHARD_NAME = "model.safetensors"
 DEFAULT_METADATA = {"format": "pt"}

@@ -94,11 +94,21 @@ def tp_bytes(name: str, shape: tuple, nbytes: int, kind: str, tp: int, kv_heads:
         return nbytes // rows * math.ceil(padded / tp)
     if kind == KV and kv_heads and kv_heads < tp:
         return nbytes // kv_heads  # one head per rank, replicated
-    if kind in (COLUMN, KV) or (kind == EXPERT and _is_column_expert(name)):
+    if is_column_split(kind, name):
         return _split_bytes(nbytes, shape, out_dim, tp)
     if in_dim < 0:  # bias / per-channel vector of a row-parallel layer
         return nbytes
     return _split_bytes(nbytes, shape, in_dim, tp)
+
+
+def is_column_split(kind: str, name: str) -> bool:
+    """Split on its output rows (column-parallel), not its input columns (row-parallel)."""
+    return kind in (COLUMN, KV) or (kind == EXPERT and _is_column_expert(name))
+
+
+def kv_heads_of(cfg: dict) -> int:
+    """The KV heads TP splits (the attention heads where the config names no others)."""
+    return first_int(cfg, "num_key_value_heads") or first_int(cfg, "num_attention_heads") or 1
 
 
 def _is_column_expert(name: str) -> bool:
@@ -126,20 +136,23 @@ class RankWeights:
     pp: int
     dp: int
     ep: int  # 1: no expert parallelism
-    stage_bytes: list[int]  # per pipeline stage: the bytes on its busiest GPU
+    plain_stage_bytes: list[int]  # per pipeline stage: one TP rank's share (experts aside under EP)
+    expert_rank_bytes: list[list[int]]  # per stage, per EP rank: its experts (all 0 without EP)
     by_kind: dict[str, int] = field(default_factory=dict)  # partitioning -> bytes on that GPU (busiest stage)
     total_bytes: int = 0  # every retained tensor once
     unknown_tensors: int = 0  # retained tensors whose shard is not on disk: not counted
-    plain_stage_bytes: list[int] = field(default_factory=list)  # per stage: one TP rank's share, experts aside under EP
-    expert_rank_bytes: list[list[int]] = field(default_factory=list)  # per stage, per EP rank: its experts
 
-    def worker_bytes(self, pp_rank: int = 0, tp_rank: int = 0, dp_rank: int = 0) -> int:
-        """Bytes on one worker: its stage's TP share (the largest, where a split is uneven)
-        plus, under expert parallelism, the experts of its EP rank (``dp_rank × tp + tp_rank``)."""
+    @property
+    def stage_bytes(self) -> list[int]:
+        """Per pipeline stage: the bytes on its busiest GPU."""
+        return [plain + max(experts) for plain, experts in zip(self.plain_stage_bytes, self.expert_rank_bytes)]
+
+    def worker_bytes(self, pp_rank: int = 0, tp_rank: int = 0) -> int:
+        """Bytes on one worker of the first DP replica: its stage's TP share (the largest, where
+        a split is uneven) plus, under expert parallelism, the experts of its EP rank."""
         stage = min(pp_rank, len(self.plain_stage_bytes) - 1)
         experts = self.expert_rank_bytes[stage]
-        ep_rank = (dp_rank * self.tp + tp_rank) % len(experts)
-        return self.plain_stage_bytes[stage] + (experts[ep_rank] if self.ep > 1 else 0)
+        return self.plain_stage_bytes[stage] + (experts[tp_rank % len(experts)] if self.ep > 1 else 0)
 
     def by_worker(self) -> dict[str, int]:
         """Bytes per worker of the first DP replica, keyed as vLLM tags its workers' log lines
@@ -167,8 +180,7 @@ def rank_weights(plan, tp: int = 1, pp: int = 1, dp: int = 1, expert_parallel: b
     inv = plan.inventory
     src = inv.source
     cfg = text_config(plan)
-    heads = first_int(cfg, "num_attention_heads") or 1
-    kv_heads = first_int(cfg, "num_key_value_heads") or heads
+    kv_heads = kv_heads_of(cfg)
     vocab = first_int(cfg, "vocab_size")
     ep = tp * dp if expert_parallel else 1
     experts = first_int(cfg, "n_routed_experts", "num_experts", "num_local_experts")
@@ -204,12 +216,14 @@ def rank_weights(plan, tp: int = 1, pp: int = 1, dp: int = 1, expert_parallel: b
         b = tp_bytes(new, info.shape, info.nbytes, kind, tp, kv_heads, vocab)
         plain[stage] += b
         by_kind[stage][kind] = by_kind[stage].get(kind, 0) + b
-    stage_bytes = [plain[s] + max(expert_rank[s]) for s in range(len(stages))]
+    weights = RankWeights(tp, len(stages), dp, ep, plain, expert_rank, {}, total, unknown)
+    stage_bytes = weights.stage_bytes
     busiest = max(range(len(stages)), key=stage_bytes.__getitem__)
     kinds = dict(by_kind[busiest])
     if ep > 1 and max(expert_rank[busiest]):
         kinds[EXPERT] = max(expert_rank[busiest])
-    return RankWeights(tp, len(stages), dp, ep, stage_bytes, kinds, total, unknown, plain, expert_rank)
+    weights.by_kind = kinds
+    return weights
 
 
 def _expert_share(name: str, shape: tuple, nbytes: int, experts: int | None, ep: int) -> list[int]:
@@ -242,7 +256,7 @@ def block_split_problems(plan, tp: int, expert_parallel: bool, block: tuple[int,
         return []
     src = plan.inventory.source
     cfg = text_config(plan)
-    kv_heads = first_int(cfg, "num_key_value_heads") or first_int(cfg, "num_attention_heads") or 1
+    kv_heads = kv_heads_of(cfg)
     block_n, block_k = block
     seen: dict[str, str] = {}
     for old, new in plan.renames:
@@ -255,8 +269,7 @@ def block_split_problems(plan, tp: int, expert_parallel: bool, block: tuple[int,
         if kind in (REPLICATED, VOCAB) or (kind == EXPERT and expert_parallel):
             continue
         rows, cols = info.shape
-        column = kind in (COLUMN, KV) or (kind == EXPERT and _is_column_expert(new))
-        if column:
+        if is_column_split(kind, new):
             share = rows // kv_heads if (kind == KV and kv_heads < tp) else rows // tp
             what, unit = f"{rows} output rows", block_n
         else:

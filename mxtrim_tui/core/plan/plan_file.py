@@ -24,13 +24,11 @@ from ..read.source_pins import pin_differences, source_pins
 from ..units import DEFAULT_HASH, DEFAULT_MAX_SHARD_BYTES, HASHES
 from ..user_settings import state_dir
 from ..version import mxtrim_version
+from .budget import SERVE_KEYS
 from .plan_json import plan_to_json
 
 SCHEMA = "mxtrim.plan-file/1"
 MODES = ("dummy", "weights")
-# The serve settings a plan file may hold, as the CLI's flags and the budget step name them.
-SERVE_KEYS = ("tp", "pp", "dp", "max_model_len", "max_num_seqs", "max_num_batched_tokens", "gpu_memory_utilization",
-              "kv_cache_dtype", "gpu_gib", "expert_parallel")
 
 
 @dataclass(frozen=True)
@@ -48,6 +46,11 @@ class TrimRequest:
     hash_name: str = DEFAULT_HASH
     repo: str | None = None
 
+    @property
+    def keep_list(self) -> list[str] | None:
+        """The ``--keep`` specs as a list (None: automatic), as ``Selection.parse`` and JSON take them."""
+        return list(self.keep) if self.keep is not None else None
+
 
 def plan_document(request: TrimRequest, plan) -> dict:
     """The plan file of ``request``, whose plan (built from ``request.source``) is ``plan``;
@@ -57,7 +60,7 @@ def plan_document(request: TrimRequest, plan) -> dict:
         "schema": SCHEMA,
         "written_by": f"mxtrim {mxtrim_version()}",
         "source": {"path": str(Path(os.path.abspath(request.source))), "pins": source_pins(plan.inventory.source)},
-        "selection": {"keep": list(request.keep) if request.keep is not None else None, "mtp": request.mtp, "force": request.force},
+        "selection": {"keep": request.keep_list, "mtp": request.mtp, "force": request.force},
         "mode": request.mode,
         "output": str(request.out) if request.out is not None else None,
         "serve": dict(request.serve),

@@ -59,18 +59,14 @@ def check(name, fn):
 
 
 def main():
+    environment = {"python": platform.python_version(), "executable": sys.executable,
+                   "packages": {m: package(m, d) for m, d in PACKAGES.items()}}
     if sys.argv[1:] == ["--versions"]:  # the environment only (mxtrim examples: drift)
-        print(json.dumps({"python": platform.python_version(), "executable": sys.executable,
-                          "packages": {m: package(m, d) for m, d in PACKAGES.items()}}))
+        print(json.dumps(environment))
         return
     out, trust, registry = sys.argv[1], sys.argv[2] == "1", sys.argv[3] == "1"
     os.environ.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", VLLM_NO_USAGE_STATS="1")
-    doc = {
-        "python": platform.python_version(),
-        "executable": sys.executable,
-        "packages": {m: package(m, d) for m, d in PACKAGES.items()},
-        "checks": [],
-    }
+    doc = dict(environment, checks=[])
     state = {}
 
     def config():

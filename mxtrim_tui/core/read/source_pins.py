@@ -34,10 +34,16 @@ def shard_pins(src: ModelSource, files) -> dict[str, ShardPin]:
     out = {}
     for rel in files:
         header = src.shards[rel]
-        with open(src.root / rel, "rb") as fh:
-            raw = fh.read(header.data_start)
-        out[rel] = ShardPin(hashlib.sha256(raw).hexdigest(), len(raw), header.file_size)
+        sha, read = _header_sha256(src.root / rel, header.data_start)
+        out[rel] = ShardPin(sha, read, header.file_size)
     return out
+
+
+def _header_sha256(path: Path, header_bytes: int) -> tuple[str, int]:
+    """(SHA-256 of the first ``header_bytes`` of ``path``, how many bytes were there)."""
+    with open(path, "rb") as fh:
+        raw = fh.read(header_bytes)
+    return hashlib.sha256(raw).hexdigest(), len(raw)
 
 
 def _file_pin(path: Path, size: int) -> str:
@@ -67,9 +73,7 @@ def pin_differences(root: Path, pins: dict) -> list[str]:
             found.append(f"{rel}: missing")
             continue
         size = path.stat().st_size
-        with open(path, "rb") as fh:
-            raw = fh.read(header_bytes)
-        if hashlib.sha256(raw).hexdigest() != sha:
+        if _header_sha256(path, header_bytes)[0] != sha:
             found.append(f"{rel}: its header differs")
         elif size != file_bytes:
             found.append(f"{rel}: {size} bytes, pinned {file_bytes}")

@@ -27,14 +27,15 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from ..child_process import stop_group
+from ..user_settings import state_dir as user_state_dir
 
 SCHEMA = "mxtrim.server/1"
 TIME_TOLERANCE = 0.05  # seconds: psutil's create_time of one process, read twice, is the same
 
 
 def state_dir() -> Path:
-    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(base) / "mxtrim" / "servers"
+    """Where the server records live: ``$XDG_STATE_HOME/mxtrim/servers``."""
+    return user_state_dir() / "servers"
 
 
 def _create_time(pid: int) -> float | None:

@@ -1,24 +1,18 @@
-"""The extraction of a real-weight trim, as data and as a standalone script.
+"""The extraction of a real-weight trim as a standalone script.
 
-:func:`build_extraction` turns a plan into the exact output: which source byte range goes
-to which output shard under which name, in which order, and every output header byte for
-byte. :func:`render_script` writes that into ``extract_weights.py``: a Python-standard-
-library-only program that pins the source shards' header hashes and copies the ranges.
-mxtrim performs every real-weight trim by running that script, so the script a user keeps
-is the one that produced their checkpoint, and re-running it on the same source gives
-byte-identical shards.
+:func:`render_script` writes the extraction (``plan.layout.build_extraction``: which source
+byte range goes to which output shard under which name, in which order, and every output
+header byte for byte) into ``extract_weights.py``: a Python-standard-library-only program
+that pins the source shards' header hashes and copies the ranges. mxtrim performs every
+real-weight trim by running that script, so the script a user keeps is the one that produced
+their checkpoint, and re-running it on the same source gives byte-identical shards.
 
-Output order (and so sharding): embeddings, text layers in their new order, MTP / draft
-heads, then everything else (final norm, lm head, vision tower, projectors). Inside each
-part, tensors keep their source order (file, offset): reads are sequential, and a run of
-tensors contiguous in the source stays contiguous in the output, so one choice of header
-padding per shard puts most of the copied bytes at the same offset modulo the page size as
-in the source. Such page-congruent ranges go through os.copy_file_range (in-kernel, and
-block-sharing on filesystems that can); the script copies the others through a small
-buffer, which measured faster than copy_file_range between page-straddling offsets. With
-``--hash`` (how mxtrim runs it) every range is mapped instead, hashed from the map and
-written from it: the bytes pass through user space once, which measured faster than both
-while giving each tensor's digest of exactly the bytes written.
+Page-congruent ranges go through os.copy_file_range (in-kernel, and block-sharing on
+filesystems that can); the script copies the others through a small buffer, which measured
+faster than copy_file_range between page-straddling offsets. With ``--hash`` (how mxtrim runs
+it) every range is mapped instead, hashed from the map and written from it: the bytes pass
+through user space once, which measured faster than both while giving each tensor's digest of
+exactly the bytes written.
 """
 
 from __future__ import annotations
@@ -50,7 +44,7 @@ def render_script(extraction: Extraction, digests: dict[str, ShardPin], *, model
     add("SOURCE_SHARDS = {")
     add("    # file: [sha256 of the header bytes (8-byte length + JSON), header bytes, file bytes]: the shards it reads")
     for rel, d in digests.items():
-        add(f"    {_lit(rel)}: [{_lit(d.sha256)}, {d.header_bytes}, {d.file_bytes}],")
+        add(f"    {_lit(rel)}: {_lit(d.to_json())},")
     add("}")
     add("")
     add(f"METADATA = {_lit(extraction.metadata)}")

@@ -29,7 +29,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import threading
@@ -37,7 +36,7 @@ import time
 from bisect import bisect_left
 from collections import Counter, deque
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..plan.disk_budget import DiskEstimate, check_free_space, estimate_from_extraction
@@ -49,7 +48,7 @@ from ..plan.needed_shards import weights_blocker
 from .report import SERVE_SCRIPT, render_report
 from ..read.safetensors_io import read_header
 from ..read.source import INDEX_NAME, ModelSource, open_source
-from ..child_process import parent_death_signal, popen_exited, stop_group
+from ..child_process import parent_death_signal, terminate
 from .leftovers import remove_leftovers, signals_held
 from ..checks.structure import StructureJob, StructureResult, not_checked, planned_request
 from .verify_stream import DEFAULT_HASH, OutputFollower, SourceSnapshot, VerifyFailed, hash_range
@@ -248,7 +247,7 @@ def run_extraction_script(script: Path, source: Path, out: Path, emit, cancel=No
 
 def stop_process(proc: subprocess.Popen) -> None:
     """The script removes its partial output on SIGTERM: given SCRIPT_STOP_TIMEOUT, then killed."""
-    stop_group(proc.pid, ((signal.SIGTERM, SCRIPT_STOP_TIMEOUT),), exited=popen_exited(proc))
+    terminate(proc, SCRIPT_STOP_TIMEOUT)
 
 
 # --- verification ---------------------------------------------------------------------------
@@ -700,7 +699,7 @@ def _manifest(plan: TrimPlan, out: Path, done: dict, digests: dict, integrity: d
         "output": str(out),
         "hash": integrity["hash"],
         "copy_method": done.get("method"),
-        "source_headers": {rel: {"sha256": d.sha256, "header_bytes": d.header_bytes, "file_bytes": d.file_bytes} for rel, d in digests.items()},
+        "source_headers": {rel: asdict(d) for rel, d in digests.items()},
         "shards": integrity["shards"],
         "totals": {k: integrity[k] for k in ("tensors", "tensor_bytes", "retained", "renamed", "dropped", "dropped_bytes")},
         "structure": result.to_json(),

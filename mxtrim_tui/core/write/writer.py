@@ -28,8 +28,7 @@ from ..units import human_bytes
 from .leftovers import remove_leftovers, signals_held
 
 DEFAULT_MODELS_DIR = Path("tools") / "batched_test" / "models"
-# What a dummy directory needs besides the rewritten config (seed: "Generate the output directory"):
-# copied whatever their size.
+# Why a file of these kinds is not copied (weight shards and their index: the report's own line).
 NOT_COPIED_REASONS = {
     FileKind.OTHER_WEIGHTS: "weights are never copied",
     FileKind.DOCUMENTATION: "not needed to load or serve (the output's README.md is mxtrim's report)",

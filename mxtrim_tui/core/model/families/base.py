@@ -45,6 +45,9 @@ class Stack:
     prefixes: tuple[str, ...]
     config_path: tuple[str, ...] = ()  # () = top-level config, ("text_config",) ...
     depth_fields: tuple[str, ...] = ("num_hidden_layers",)
+    # Counts rewritten with the depth only when they equal it (xLSTM's num_blocks: the number of
+    # blocks where that is the depth, something else where it is not)
+    depth_aliases: tuple[str, ...] = ()
     attention: KindRule | None = None
     mlp: KindRule | None = None
     experts_fields: tuple[str, ...] = ()
