@@ -698,12 +698,16 @@ def _validate_one_of_many(args, out: Path, vllm, now: dict | None, counter: str)
         return batch.row_for_run(out, earlier, batch.REUSED, reason)
     print(f"{counter} {out}", file=sys.stderr, flush=True)
     try:
-        v, runs, _ = run_validation(out, args, quiet=True, vllm=vllm)
+        v, runs, ok = run_validation(out, args, quiet=True, vllm=vllm)
     except InputError as exc:
         print(f"mxtrim: error: {exc}", file=sys.stderr, flush=True)
         return batch.MatrixRow(str(out), batch.REFUSED, False, note=str(exc))
-    print(f"{counter} {out}: {'ok' if v.ok else 'failed'} (recorded in validation.json, run {runs})", file=sys.stderr, flush=True)
-    return batch.row_for_run(out, v.to_json(), batch.VALIDATED)
+    print(f"{counter} {out}: {'ok' if ok else 'failed'} (recorded in validation.json, run {runs})", file=sys.stderr, flush=True)
+    row = batch.row_for_run(out, v.to_json(), batch.VALIDATED)
+    row.ok = ok  # asked to serve and could not (no free device): not ok, as for a single output
+    if ok != v.ok:  # the start-up row says why
+        row.note = next((r.detail for r in v.rows if r.check == batch.START_UP), "")
+    return row
 
 
 def cmd_examples(args) -> int:

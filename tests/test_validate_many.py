@@ -161,3 +161,18 @@ def test_an_earlier_run_is_reused_only_for_the_same_interpreter_versions_and_che
     assert covers(offline, "/v/bin/python", now, serve=False, equivalence=False, speculative=False)
     assert covers(None, "/v/bin/python", now, serve=False, equivalence=False, speculative=False) is None
     assert covers(served, "/v/bin/python", None, serve=False, equivalence=False, speculative=False) is None
+
+
+@needs_vllm
+def test_a_serve_refused_for_want_of_a_device_is_not_ok_in_the_matrix(tmp_path):
+    """As for one output (exit 1), an output that was to be served on a GPU and could not be
+    (none here) is not ok in the matrix, with the reason beside it."""
+    from engine_support import small_llama_output
+
+    out = small_llama_output(tmp_path, "dummy")
+    copy = shutil.copytree(out, tmp_path / "llama-dummy-2")
+    r = run_cli("validate", str(out), str(copy), "--serve", "--device", "cuda", "--matrix", str(tmp_path), "--json", env=ENV)
+    assert r.returncode == 1, r.stderr[-2000:]
+    doc = json.loads(r.stdout)
+    assert [row["ok"] for row in doc["rows"]] == [False, False]
+    assert all(row["cells"]["start-up"]["status"] == "unverified" and row["note"] for row in doc["rows"])
