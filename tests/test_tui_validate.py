@@ -18,14 +18,7 @@ from mxtrim_tui.tui.app import ConfirmQuitScreen
 from mxtrim_tui.tui.screens.base import HelpScreen
 from mxtrim_tui.tui.screens.validate_dialog import ValidateDialog
 from test_vllm_discovery import make_env
-from tui_support import make_app, plain, settle, wait_for
-
-
-@pytest.fixture(autouse=True)
-def no_vllm_in_the_environment(tmp_path, monkeypatch):
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    monkeypatch.delenv("MXTRIM_VLLM_PYTHON", raising=False)
-    monkeypatch.setenv("PATH", str(Path(sys.executable).parent) + ":/usr/bin:/bin")
+from tui_support import make_app, no_vllm_in_the_environment, plain, settle, wait_for  # noqa: F401 (autouse)
 
 
 @pytest.fixture(scope="module")

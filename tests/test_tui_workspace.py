@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,19 +17,12 @@ from mxtrim_tui.demo.build import build_demo
 from mxtrim_tui.tui.app import MxtrimApp
 from mxtrim_tui.tui.screens.validate_dialog import ValidateDialog
 from mxtrim_tui.tui.screens.workspace import ExampleDialog
-from tui_support import NO_GPU, plain, settle, wait_for
+from tui_support import NO_GPU, no_vllm_in_the_environment, plain, settle, wait_for  # noqa: F401 (autouse)
 
 OUTPUT = "mxtrim-demo-moe-dummy-2layers"
 GONE = "/nonexistent/models/Qwen3-8B-smoke"
 VALIDATED = {"started": "2026-11-20T10:00:00+00:00", "ok": True, "mode": "dummy", "rows": [],
              "environment": {"python": "3.11.7", "packages": {"vllm": {"version": "0.31.0"}}}}
-
-
-@pytest.fixture(autouse=True)
-def private_config(tmp_path, monkeypatch):
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    monkeypatch.delenv("MXTRIM_VLLM_PYTHON", raising=False)
-    monkeypatch.setenv("PATH", str(Path(sys.executable).parent) + ":/usr/bin:/bin")
 
 
 @pytest.fixture(scope="module")

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
+import pytest
 from textual.widgets import Input
 
 from mxtrim_tui.core.probe.gpu import GpuProbe
@@ -60,3 +64,12 @@ def plan_checked(app) -> bool:
     """The wizard's plan exists and has been checked against transformers (as written)."""
     plan = app.state.plan
     return plan is not None and (bool(plan.errors) or plan.transformers_check is not None)
+
+
+@pytest.fixture(autouse=True)
+def no_vllm_in_the_environment(tmp_path, monkeypatch):
+    """A wizard that finds no vLLM and no kept settings (autouse where a test module imports
+    it): a private config home, no $MXTRIM_VLLM_PYTHON, a PATH without a `vllm` command."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.delenv("MXTRIM_VLLM_PYTHON", raising=False)
+    monkeypatch.setenv("PATH", str(Path(sys.executable).parent) + ":/usr/bin:/bin")
