@@ -11,7 +11,7 @@ VLLM_STAMP := $(VLLM_VENV)/.vllm-installed
 # The one torch pin of development and CI (the CPU build), read from constraints.txt.
 TORCH := $(shell sed -n 's/^torch==//p' constraints.txt)
 
-.PHONY: run test test-fast vllm bench screenshots clean-venv
+.PHONY: run test test-fast vllm transformers-range bench screenshots clean-venv
 
 $(BIN)/python:
 	@echo "mxtrim: creating $(VENV) with $(PYTHON)"
@@ -37,6 +37,30 @@ $(VLLM_STAMP):
 	$(VLLM_VENV)/bin/python -c "import vllm"
 	touch $(VLLM_STAMP)
 
+# The transformers versions of users' vLLM / vLLM-MetaX environments, one venv each: the check
+# tests run their transformers checks there too (tests/test_transformers_range.py). 4.57.x is
+# what vLLM-MetaX 0.17 stacks (and vLLM 0.17-0.22) hold, 5.5.x the floor of vLLM-MetaX on vLLM
+# 0.26; .venv's constraints.txt version is the newest tested. torch is .venv's CPU build linked
+# in (its files, not a second 700 MB install); transformers and its own dependencies are the
+# venv's own, so nothing of .venv's newer transformers stack (huggingface_hub, kernels) leaks in.
+TRANSFORMERS_RANGE := 4.57.1 5.5.3
+RANGE_STAMPS := $(foreach v,$(TRANSFORMERS_RANGE),.venv-transformers-$(v)/.installed)
+TORCH_FILES := torch torchgen functorch torch-$(TORCH)+cpu.dist-info
+
+.venv-transformers-%/.installed: $(STAMP)
+	@echo "mxtrim: making .venv-transformers-$* (transformers $*, .venv's torch) for the check tests"
+	rm -rf .venv-transformers-$*
+	$(PYTHON) -m venv .venv-transformers-$*
+	.venv-transformers-$*/bin/python -m pip install --quiet --progress-bar off 'transformers==$*' \
+		filelock fsspec jinja2 networkx sympy typing-extensions setuptools
+	from=$$($(BIN)/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])"); \
+	to=$$(.venv-transformers-$*/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])"); \
+	for f in $(TORCH_FILES); do ln -s "$$from/$$f" "$$to/$$f"; done
+	.venv-transformers-$*/bin/python -I -c "import torch, transformers; assert transformers.__version__ == '$*'"
+	touch $@
+
+transformers-range: $(RANGE_STAMPS)
+
 # The wizard validates with the vLLM of .venv-vllm when it exists (`make vllm` or `make test`
 # makes it); otherwise mxtrim looks for vLLM as the README says.
 run: $(STAMP)
@@ -50,8 +74,9 @@ JOBS ?= $(shell echo $$(( $$(nproc) + 1 )))
 PYTEST := $(BIN)/python -m pytest -q -n $(JOBS) --maxschedchunk 2
 
 # The whole suite, real vLLM servers included (CI's command).
-test: $(STAMP) $(VLLM_STAMP)
-	MXTRIM_VLLM_PYTHON=$(abspath $(VLLM_VENV))/bin/python $(PYTEST)
+test: $(STAMP) $(VLLM_STAMP) $(RANGE_STAMPS)
+	MXTRIM_VLLM_PYTHON=$(abspath $(VLLM_VENV))/bin/python \
+	MXTRIM_TRANSFORMERS_RANGE="$(foreach v,$(TRANSFORMERS_RANGE),$(abspath .venv-transformers-$(v))/bin/python)" $(PYTEST)
 
 # Everything that needs neither vLLM nor a child waiting on timers: between two changes.
 test-fast: $(STAMP)
@@ -67,4 +92,4 @@ screenshots: $(STAMP)
 	$(BIN)/python screenshots/make_screenshots.py
 
 clean-venv:
-	rm -rf $(VENV) $(VLLM_VENV)
+	rm -rf $(VENV) $(VLLM_VENV) .venv-transformers-*

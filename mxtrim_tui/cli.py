@@ -114,6 +114,9 @@ def _parser() -> argparse.ArgumentParser:
     pl.add_argument("--tensors", action="store_true", help="with --json: list every tensor rename and drop")
     pl.add_argument("--fetch-list", action="store_true",
                     help="print only the source shards a real-weight trim reads, one file name per line")
+    pl.add_argument("--python", metavar="PY",
+                    help="the interpreter of the environment that will run the output: the transformers checks run in it "
+                    "(default: $MXTRIM_VLLM_PYTHON, the wizard's kept setting, else this interpreter)")
 
     _add_trim(sub)
 
@@ -238,8 +241,11 @@ def _serve_raw(args) -> dict[str, str]:
 def _request(args):
     """What the command is asked to plan or write: its flags, or (trim --plan) the plan file,
     whose source must be the one it was made for."""
+    from .core.checks.judge import set_runtime_python
     from .core.plan.plan_file import TrimRequest, load_plan_document, refuse_changed_source
 
+    # the transformers checks run in the runtime's interpreter when it is named (core/checks/judge.py)
+    set_runtime_python(getattr(args, "python", None))
     plan_file = getattr(args, "plan", None)
     if plan_file is None:
         if args.source is None:

@@ -216,6 +216,8 @@ def render_plan(plan, console: Console, repo: str | None = None) -> None:
     if check is not None:
         style = {"exact": "green", "mismatch": "bold red"}.get(check.status, "dim")
         console.print(Text(f"checked against transformers: {check.status} — {check.summary}", style=style))
+        if check.judged_by:
+            console.print(Text(f"   judged by {check.judged_by}", style="dim"))
     for warning in plan.inventory.source.warnings:  # what reading the source found
         console.print(Text("⚠ " + warning, style="yellow"))
     for i in plan.issues:

@@ -67,6 +67,24 @@ def test_installing_into_an_environment_with_another_torch_leaves_that_torch(tmp
     assert "mxtrim-tui" in planned and "transformers" in planned
 
 
+@pytest.mark.parametrize("transformers", ["4.57.1", "5.5.3", "9.0.0"])
+def test_the_checks_extra_leaves_the_environments_transformers_as_it_is(tmp_path, wheel, transformers):
+    """vLLM-MetaX 0.17 stacks hold transformers 4.57, vLLM-MetaX on vLLM 0.26 needs 5.5.3, and a
+    newer one than any tested must not be downgraded: `pip install 'mxtrim-tui[checks]'` into each
+    changes neither transformers nor torch."""
+    python = _venv(tmp_path / "vllm-env")
+    site = _site_packages(python)
+    _record_installed(site, "torch", "2.8.0+metax3.1.0.4")
+    _record_installed(site, "transformers", transformers)
+    report = tmp_path / "report.json"
+    proc = subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--dry-run", "--report", str(report),
+                           f"mxtrim-tui[checks] @ {wheel.as_uri()}"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    planned = {item["metadata"]["name"].lower(): item["metadata"]["version"] for item in json.loads(report.read_text())["install"]}
+    assert "transformers" not in planned and "torch" not in planned, planned
+    assert "mxtrim-tui" in planned
+
+
 def test_the_wheel_holds_the_product_only(wheel):
     names = zipfile.ZipFile(wheel).namelist()
     assert not [n for n in names if "/synth/" in n or n.startswith("tests/")], "test layouts in the wheel"

@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 SETTINGS = "settings.json"
+VLLM_PYTHON = "vllm_python"  # the vLLM interpreter typed in the wizard's validate dialog
 
 
 def config_dir() -> Path:

@@ -4,7 +4,8 @@ Both checks (the plan against transformers, and the planned output's structure) 
 torch and transformers, several seconds before any byte is copied. Their results are pure
 functions of what they are given: the plan's inputs (source config, tensor names, dtypes and
 shapes, selection, rewritten documents) or the planned output (config, tensors), plus the
-code that judges them (mxtrim's own source files, the installed transformers and torch).
+code that judges them (mxtrim's own source files, the transformers and torch of the
+interpreter that judges: :mod:`.judge`).
 So each result is stored under a SHA-256 of exactly that, in
 ``$XDG_CACHE_HOME/mxtrim/checks/`` (else ``~/.cache/mxtrim/checks/``): ``mxtrim plan`` then
 ``mxtrim trim`` of the same selection, or a trim repeated, checks once. Any change to any
@@ -50,9 +51,19 @@ def fingerprint() -> str:
     return h.hexdigest()
 
 
+def judge_identity() -> str:
+    """The interpreter that judges now (:mod:`.judge`) and its transformers and torch: a verdict
+    of the runtime's transformers is never reused for another's."""
+    from .judge import current_judge, versions
+
+    python = current_judge().python
+    found = versions(python)
+    return f"{os.path.abspath(python)}\0{found.get('transformers')}\0{found.get('torch')}\0{found.get('origin')}"
+
+
 def key(kind: str, payload) -> str:
     text = json.dumps(payload, sort_keys=True, ensure_ascii=True, separators=(",", ":"), default=list)
-    return hashlib.sha256(f"{kind}\0{fingerprint()}\0{text}".encode()).hexdigest()
+    return hashlib.sha256(f"{kind}\0{fingerprint()}\0{judge_identity()}\0{text}".encode()).hexdigest()
 
 
 def load(kind: str, digest: str) -> dict | None:

@@ -19,10 +19,27 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 from ..child_process import parent_death_signal
 
 LIMIT = 900.0  # seconds one check may take (the largest sources take well under a minute)
+
+
+PACKAGE = Path(__file__).resolve().parents[2]  # mxtrim_tui/
+# How the child starts in any interpreter: mxtrim_tui is loaded from this very package by its
+# path (the judging interpreter may have no mxtrim, or another version of it) and nothing else
+# of mxtrim's environment is put on the path, so the judge's own transformers and torch are the
+# ones imported. The engine needs only the standard library beside them.
+BOOT = (
+    "import importlib.util, sys\n"
+    "spec = importlib.util.spec_from_file_location('mxtrim_tui', {init!r}, submodule_search_locations=[{pkg!r}])\n"
+    "module = importlib.util.module_from_spec(spec)\n"
+    "sys.modules['mxtrim_tui'] = module\n"
+    "spec.loader.exec_module(module)\n"
+    "from mxtrim_tui.core.checks.child import _child_main\n"
+    "sys.exit(_child_main())\n"
+)
 
 
 class CheckChild:
@@ -30,9 +47,15 @@ class CheckChild:
 
     @classmethod
     def shared(cls) -> "CheckChild":
-        """The run's child, started now if there is none (or it died)."""
-        if cls._shared is None or cls._shared.proc.poll() is not None:
-            cls._shared = cls()
+        """The run's child in the judging interpreter (:mod:`.judge`), started now if there is
+        none, it died, or the judge changed."""
+        from .judge import current_judge
+
+        judge = current_judge()
+        if cls._shared is not None and (cls._shared.proc.poll() is not None or cls._shared.judge != judge):
+            cls._shared.close()
+        if cls._shared is None:
+            cls._shared = cls(judge)
             atexit.register(cls._shared.close)
         return cls._shared
 
@@ -42,10 +65,14 @@ class CheckChild:
         if cls._shared is not None:
             cls._shared.close()
 
-    def __init__(self):
+    def __init__(self, judge=None):
+        from .judge import Judge
+
+        self.judge = judge or Judge(sys.executable, "mxtrim's own")
         self._err = tempfile.TemporaryFile()  # whatever it says on stderr, never a full pipe
+        boot = BOOT.format(init=str(PACKAGE / "__init__.py"), pkg=str(PACKAGE))
         self.proc = subprocess.Popen(
-            [sys.executable, "-I", "-m", __name__], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err,
+            [self.judge.python, "-I", "-c", boot], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err,
             start_new_session=True, preexec_fn=parent_death_signal(),
         )
 
@@ -110,9 +137,12 @@ def _answer(request: dict) -> dict:
 
 
 def _child_main() -> int:
+    from .judge import _versions_here
+
+    judge = _versions_here()  # what judges here: every answer names it
     for line in sys.stdin:
         try:
-            answer = _answer(json.loads(line))
+            answer = dict(_answer(json.loads(line)), judge=judge)
         except Exception as exc:  # noqa: BLE001 - the asker reports it in one line
             answer = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}
         sys.stdout.write(json.dumps(answer) + "\n")
@@ -120,5 +150,5 @@ def _child_main() -> int:
     return 0
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # python -m mxtrim_tui.core.checks.child (by hand)
     sys.exit(_child_main())

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import sys
 
 from . import cache as check_cache
+from .judge import Judge, judge_record
 from ..plan.build import Issue, Selection, TrimPlan, build_plan
 from ..plan.check_result import NOT_CHECKED, TransformersCheck
 from ..plan.plan_file import TrimRequest
@@ -62,6 +64,7 @@ def outcome_of(plan: TrimPlan, checked: TrimPlan) -> dict:
             "problems": list(check.problems),
             "model_class": check.model_class,
             "solved": [[list(path), before, after] for path, before, after in check.solved],
+            "judge": check.judge,
         },
     }
 
@@ -77,7 +80,7 @@ def apply_outcome(plan: TrimPlan, outcome: dict) -> TrimPlan:
     check = None
     if c is not None:
         solved = tuple((tuple(path), before, after) for path, before, after in c["solved"])
-        check = TransformersCheck(c["status"], c["summary"], tuple(c["problems"]), c["model_class"], solved)
+        check = TransformersCheck(c["status"], c["summary"], tuple(c["problems"]), c["model_class"], solved, c.get("judge"))
         if solved:
             base = with_solution(base, solved, check.model_class)
     issues = [Issue(level, message, fix) for level, message, fix in outcome["issues"]]
@@ -101,12 +104,17 @@ def checked_plan_cached(plan: TrimPlan, *, force: bool = False, request: TrimReq
         child = CheckChild.shared()
         outcome = child.ask({"op": "plan", "source": str(request.source), "keep": request.keep_list, "mtp": request.mtp, "force": force})
         if outcome is None:
-            failed = TransformersCheck(NOT_CHECKED, f"the check's process failed ({child.last_words()})")
+            failed = TransformersCheck(NOT_CHECKED, f"the check's process failed ({child.last_words()})",
+                                       judge=judge_record(child.judge))
             return dataclasses.replace(plan, transformers_check=failed)
+        judge = judge_record(child.judge, outcome.pop("judge", None))
     else:
         from .transformers_plan import checked_plan
 
         outcome = outcome_of(plan, checked_plan(plan, force=force))
+        judge = judge_record(Judge(sys.executable, "mxtrim's own"))
+    if outcome.get("check") is not None:
+        outcome["check"]["judge"] = judge
     check_cache.store(KIND, digest, outcome)
     return apply_outcome(plan, outcome)
 

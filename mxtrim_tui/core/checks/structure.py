@@ -37,6 +37,7 @@ from pathlib import Path
 from ..model.inventory import SCALE_SUFFIXES
 from ..plan.build import TrimPlan
 from .imports import import_torch_transformers, quiet_transformers
+from .loader import LoaderUnavailable, load_with_transformers
 from ..read.source import ModelSource, open_source
 
 CHECKED = "checked"
@@ -62,6 +63,7 @@ class StructureResult:
     mismatched: tuple[tuple[str, tuple, tuple], ...] = ()  # (name, checkpoint shape, model shape)
     ignored: dict = field(default_factory=dict)  # reason -> count of tensors not compared
     config_loaded: bool = False  # AutoConfig read the output config offline
+    judge: dict | None = None  # the transformers that judged (core/checks/judge.py)
 
     @property
     def problems(self) -> int:
@@ -90,6 +92,7 @@ class StructureResult:
             "ignored": self.ignored,
             "config_loaded": self.config_loaded,
             "details": list(self.details),
+            "judge": self.judge,
         }
 
     @classmethod
@@ -98,7 +101,7 @@ class StructureResult:
             doc["status"], doc["summary"], tuple(doc.get("details", ())), doc.get("model_class"), doc.get("expected", 0),
             doc.get("compared", 0), tuple(doc.get("missing", ())), tuple(doc.get("unexpected", ())),
             tuple((n, tuple(a), tuple(b)) for n, a, b in doc.get("mismatched", ())), dict(doc.get("ignored", {})),
-            bool(doc.get("config_loaded")),
+            bool(doc.get("config_loaded")), doc.get("judge"),
         )
 
 
@@ -232,7 +235,8 @@ def _check(torch, transformers, out_dir: Path, tensors, facts: dict) -> Structur
         missing, unexpected, mismatched, how = load_with_transformers(model, feed)
     except Exception as exc:  # loader internals differ in this transformers version
         missing, unexpected, mismatched, how = _compare_names(model, expected, feed)
-        how += f" (transformers' loader internals unavailable: {type(exc).__name__})"
+        why = str(exc) if isinstance(exc, LoaderUnavailable) else f"transformers {transformers.__version__}: {type(exc).__name__}"
+        how += f" (transformers' loader internals unavailable: {why})"
 
     # Parameters whose checkpoint form is packed are not comparable, not missing.
     packed_missing = sorted(m for m in missing if _packed_param(m, packed))
@@ -259,25 +263,6 @@ def _check(torch, transformers, out_dir: Path, tensors, facts: dict) -> Structur
         status, summary, tuple(details), name, len(expected), len(feed),
         tuple(missing), tuple(unexpected), tuple(mismatched), dict(ignored), config_loaded=True,
     )
-
-
-def load_with_transformers(model, feed: dict):
-    """Run transformers' own state-dict conversion and loading on meta tensors."""
-    from transformers.conversion_mapping import get_model_conversion_mapping
-    from transformers.core_model_loading import convert_and_load_state_dict_in_model
-    from transformers.modeling_utils import LoadStateDictConfig
-
-    mapping = get_model_conversion_mapping(model, None, None)
-    config = LoadStateDictConfig(device_map={"": "meta"}, weight_mapping=mapping)
-    info, _ = convert_and_load_state_dict_in_model(model, feed, config)
-    if info.conversion_errors:
-        raise RuntimeError(f"conversion errors: {info.conversion_errors}")
-    # What from_pretrained does next: tie weights (a tied head is not missing), then drop
-    # the keys the model class declares ignorable (and legacy rotary/position_ids buffers).
-    model.tie_weights(missing_keys=info.missing_keys, recompute_mapping=False)
-    model._adjust_missing_and_unexpected_keys(info)
-    mismatched = sorted((n, tuple(a), tuple(b)) for n, a, b in info.mismatched_keys)
-    return set(info.missing_keys), set(info.unexpected_keys), mismatched, "through transformers' loader (its key conversions applied)"
 
 
 def _compare_names(model, expected: dict, feed: dict):
@@ -336,10 +321,13 @@ class StructureJob:
 
         limit = LIMIT if limit is None else limit
         answer = self.child.receive(limit, interrupt) if self.sent else None
+        from .judge import judge_record
+
         if answer is None:
             self.failed = True
             return not_checked(f"the structure check's process failed or took over {limit:g} s ({self.child.last_words()})")
-        return StructureResult.from_json(answer)
+        judge = judge_record(self.child.judge, answer.pop("judge", None))
+        return StructureResult.from_json(dict(answer, judge=judge))
 
     def stop(self) -> None:
         self.child.close()

@@ -17,6 +17,12 @@ class TransformersCheck:
     problems: tuple[str, ...] = ()
     model_class: str | None = None
     solved: tuple = ()  # (path tuple, before, after) edits found by the solver
+    judge: dict | None = None  # the transformers that judged: version, origin, interpreter (core/checks/judge.py)
+
+    @property
+    def judged_by(self) -> str:
+        """"transformers 4.57.1 (/env/.../transformers; $MXTRIM_VLLM_PYTHON)", or ""."""
+        return describe_judge(self.judge)
 
     def to_json(self) -> dict:
         return {
@@ -25,4 +31,20 @@ class TransformersCheck:
             "problems": list(self.problems),
             "model_class": self.model_class,
             "solved": [{"path": ".".join(map(str, p)), "before": b, "after": a} for p, b, a in self.solved],
+            "judge": self.judge,
         }
+
+
+def describe_judge(judge_doc: dict | None) -> str:
+    """"transformers 4.57.1 (/venv/lib/.../transformers, $MXTRIM_VLLM_PYTHON)", and whether
+    mxtrim's own transformers differs."""
+    if not judge_doc:
+        return ""
+    origin = judge_doc.get("chosen_by", "")
+    where = judge_doc.get("origin") or "?"
+    text = f"transformers {judge_doc.get('transformers') or 'not installed'} ({where}"
+    text += f"; {origin})" if origin else ")"
+    own = judge_doc.get("own_transformers")
+    if own is not None and own != judge_doc.get("transformers"):
+        text += f"; the runtime's judged, mxtrim's own is {own or 'not installed'}"
+    return text

@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import InputError
+from ..user_settings import VLLM_PYTHON as SETTING
 
 ENV_VAR = "MXTRIM_VLLM_PYTHON"
-SETTING = "vllm_python"
 # run by the candidate in isolated mode: where vllm would be imported from, and its version
 PROBE = (
     "import importlib.util as u, importlib.metadata as m, json\n"

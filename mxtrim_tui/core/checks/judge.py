@@ -1,0 +1,127 @@
+"""Which interpreter's transformers judges the checks: the runtime's, when it is known.
+
+A trimmed config is right when the transformers *the runtime uses* builds the kept layers from
+it; mxtrim's own transformers may be another version (a tool install beside a vLLM-MetaX 0.17
+stack on 4.57, say). So the checks run in the interpreter validation will use when the user
+named it, in this order:
+
+1. ``--python PY`` (``mxtrim plan`` / ``trim``)
+2. ``$MXTRIM_VLLM_PYTHON``
+3. the wizard's kept setting (the vLLM interpreter of its validate dialog)
+4. else the interpreter running mxtrim (when mxtrim is installed beside vLLM, the same thing)
+
+Every verdict names the transformers version and import origin it came from
+(:func:`..plan.check_result.describe_judge`); when mxtrim's own transformers is another version, the report says which one
+judged. Nothing here imports torch or transformers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from functools import lru_cache
+
+ENV_VAR = "MXTRIM_VLLM_PYTHON"
+_explicit: tuple[str, str] | None = None  # (python, origin) named on the command line
+
+# run by the judging interpreter in isolated mode: what would judge there (no import of either)
+VERSIONS = (
+    "import importlib.metadata as m, importlib.util as u, json, sys\n"
+    "def v(d):\n"
+    "    try:\n"
+    "        return m.version(d)\n"
+    "    except m.PackageNotFoundError:\n"
+    "        return None\n"
+    "s = u.find_spec('transformers')\n"
+    "print(json.dumps({'python': sys.executable, 'transformers': v('transformers'), 'torch': v('torch'),\n"
+    "                  'origin': str((list(s.submodule_search_locations or []) or [''])[0]) if s else None}))\n"
+)
+
+
+@dataclass(frozen=True)
+class Judge:
+    python: str  # the interpreter the checks run in
+    origin: str  # where the choice came from ("--python", "$MXTRIM_VLLM_PYTHON", "mxtrim's own")
+
+    @property
+    def own(self) -> bool:
+        return same_interpreter(self.python, sys.executable)
+
+
+def same_interpreter(a: str, b: str) -> bool:
+    """The same environment's interpreter: compared by path, links not followed (every venv's
+    python links to the same base interpreter)."""
+    return os.path.normpath(os.path.abspath(a)) == os.path.normpath(os.path.abspath(b))
+
+
+def set_runtime_python(python: str | None, origin: str = "--python") -> None:
+    """The interpreter named on the command line (None: forget it)."""
+    global _explicit
+    _explicit = (os.path.abspath(os.path.expanduser(python)), origin) if python else None
+
+
+def current_judge() -> Judge:
+    """The interpreter the checks run in now, by the rule above. A named interpreter that does
+    not exist falls to the next place (the validation that uses it reports the error)."""
+    candidates = []
+    if _explicit:
+        candidates.append(_explicit)
+    env = os.environ.get(ENV_VAR, "").strip()
+    if env:
+        candidates.append((os.path.abspath(os.path.expanduser(env)), f"${ENV_VAR}"))
+    try:
+        from ..user_settings import VLLM_PYTHON, get_setting
+
+        kept = get_setting(VLLM_PYTHON)
+    except Exception:  # noqa: BLE001 - an unreadable settings file is no setting
+        kept = None
+    if kept:
+        candidates.append((os.path.abspath(os.path.expanduser(kept)), "the wizard's vLLM interpreter setting"))
+    for python, origin in candidates:
+        if os.path.isfile(python) and os.access(python, os.X_OK):
+            return Judge(python, origin)
+    return Judge(sys.executable, "mxtrim's own")
+
+
+@lru_cache(maxsize=8)
+def versions(python: str) -> dict:
+    """{python, transformers, torch, origin} of ``python`` (values None when unreadable)."""
+    if same_interpreter(python, sys.executable):
+        return _versions_here()
+    try:
+        proc = subprocess.run([python, "-I", "-c", VERSIONS], capture_output=True, text=True, timeout=60,
+                              stdin=subprocess.DEVNULL)
+        doc = json.loads(proc.stdout.strip().splitlines()[-1])
+        return doc if isinstance(doc, dict) else {"python": python}
+    except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):
+        return {"python": python, "transformers": None, "torch": None, "origin": None}
+
+
+def _versions_here() -> dict:
+    import importlib.metadata as md
+    import importlib.util
+
+    def version(dist):
+        try:
+            return md.version(dist)
+        except md.PackageNotFoundError:
+            return None
+
+    spec = importlib.util.find_spec("transformers")
+    origin = (list(spec.submodule_search_locations or []) or [None])[0] if spec else None
+    origin = None if origin is None else str(origin)  # an editable install's finder gives paths
+    return {"python": sys.executable, "transformers": version("transformers"), "torch": version("torch"), "origin": origin}
+
+
+def judge_record(judge: Judge, answered: dict | None = None) -> dict:
+    """What a verdict records of its judge: the child's own account when it answered, else the
+    versions read from the interpreter; with mxtrim's own transformers when another judged."""
+    doc = dict(answered or versions(judge.python))
+    doc["python"] = judge.python
+    doc["chosen_by"] = judge.origin
+    if not judge.own:
+        doc["own_transformers"] = _versions_here().get("transformers") or ""  # "": not installed
+    return doc
