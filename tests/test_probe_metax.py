@@ -1,7 +1,8 @@
 """The MetaX probe without a MetaX GPU: a fake ``pymxml`` (tests/fixtures/pymxml_nvml) serves
 figures NVML returned on a real NVIDIA H200 (tests/fixtures/nvml_h200.json), and the probe runs
 in a fresh interpreter whose PYTHONPATH holds the fake, so ``import pymxml`` goes through the
-real import machinery as on a vLLM-MetaX machine."""
+real import machinery as on a vLLM-MetaX machine. The other MetaX sources (pymxsml, mx-smi:
+tests/test_probe_metax_sources.py) are pointed at empty folders, so only the fake answers."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -44,16 +46,29 @@ print(json.dumps(out))
 
 def run_child(*path: Path, **env: str) -> dict:
     """The probes in a fresh interpreter; ``path``: folders put before the repository on
-    PYTHONPATH; ``env``: variables set for it (the visible-devices ones are cleared first)."""
+    PYTHONPATH; ``env``: variables set for it (the visible-devices ones are cleared first).
+    It runs in an empty folder with an empty PATH and MetaX's install folders pointing nowhere:
+    no harness pymxml.py, SDK wheel or mx-smi of this machine takes part."""
     child_env = {
         k: v for k, v in os.environ.items()
-        if k not in ("CUDA_VISIBLE_DEVICES", "MACA_VISIBLE_DEVICES", "PYTHONPATH") and not k.startswith("PYMXML_FAKE")
+        if k not in ("CUDA_VISIBLE_DEVICES", "MACA_VISIBLE_DEVICES", "PYTHONPATH", "MACA_PATH")
+        and not k.startswith("PYMXML_FAKE")
     }
     child_env["PYTHONPATH"] = os.pathsep.join([*(str(p) for p in path), str(ROOT)])
-    child_env.update(env)
-    done = subprocess.run([sys.executable, "-c", CHILD], env=child_env, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    with tempfile.TemporaryDirectory(prefix="mxtrim-metax-") as nowhere:
+        child_env.update(PATH=nowhere, MACA_PATH=str(Path(nowhere, "maca")), MXTRIM_MXDRIVER_PATH=str(Path(nowhere, "mxdriver")))
+        child_env.update(env)
+        done = subprocess.run([sys.executable, "-c", CHILD], env=child_env, cwd=nowhere, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
+
+
+def other_metax_reasons(reason: str) -> list[str]:
+    """What the MetaX reason says after pymxml's: pymxsml's, then mx-smi's (none of them here)."""
+    rest = reason.split("; ")[1:]
+    assert [r.split(" ")[0] for r in rest] == ["pymxsml", "mx-smi"], reason
+    assert rest[0].startswith("pymxsml is not installed and no pymxsml-*.whl in ") and rest[1].startswith("mx-smi not found (")
+    return rest
 
 
 def stub(tmp_path: Path, name: str, source: str) -> Path:
@@ -165,7 +180,8 @@ def test_a_busy_metax_gpu_names_its_process_and_is_never_taken(tmp_path):
 def test_driver_not_loaded_is_a_reason_not_a_crash():
     metax = run_child(FAKE, PYMXML_FAKE_FAIL="init")["metax"]
     assert (metax["vendor"], metax["available"], metax["gpus"]) == ("metax", False, [])
-    assert metax["reason"] == "pymxml unavailable: Driver Not Loaded"
+    assert metax["reason"].split("; ")[0] == "pymxml unavailable: Driver Not Loaded"
+    other_metax_reasons(metax["reason"])  # the next two sources were asked too
 
 
 def test_a_broken_pymxml_install_is_a_reason_not_a_crash(tmp_path):
@@ -177,7 +193,10 @@ def test_a_broken_pymxml_install_is_a_reason_not_a_crash(tmp_path):
 
 def test_without_pymxml_the_probe_says_so(tmp_path):
     out = run_child(stub(tmp_path, "pynvml", NVML_NO_LIBRARY))
-    assert out["metax"] == {**out["metax"], "available": False, "reason": "pymxml is not installed"}
+    assert out["metax"]["available"] is False
+    first = out["metax"]["reason"].split("; ")[0]
+    assert first.startswith("pymxml is not installed and no tools/batched_test/pymxml.py in ") and first.endswith(" or its parents")
+    other_metax_reasons(out["metax"]["reason"])
 
 
 # --- probe_gpus: NVIDIA first, MetaX when NVML has nothing ----------------------------------
@@ -213,11 +232,12 @@ def test_nvidia_wins_when_nvml_answers(tmp_path):
     assert out["server_env"]["CUDA_VISIBLE_DEVICES"] == "0"
 
 
-def test_nothing_answers_gives_both_reasons(tmp_path):
+def test_nothing_answers_gives_every_reason(tmp_path):
     out = run_child(stub(tmp_path, "pynvml", NVML_NO_LIBRARY), FAKE, PYMXML_FAKE_FAIL="init")
     probe = out["gpus"]
     assert (probe["vendor"], probe["available"], probe["gpus"]) == ("none", False, [])
-    assert probe["reason"] == "NVML unavailable: NVML Shared Library Not Found; pymxml unavailable: Driver Not Loaded"
+    assert probe["reason"].startswith("NVML unavailable: NVML Shared Library Not Found; pymxml unavailable: Driver Not Loaded; ")
+    other_metax_reasons(probe["reason"].split("; ", 1)[1])
     assert out["choice"]["device"] == "cpu" and out["server_env"]["CUDA_VISIBLE_DEVICES"] == ""
 
 
@@ -241,7 +261,8 @@ def test_maca_visible_devices_is_treated_like_cuda_visible_devices(tmp_path, val
     mx = run_child(stub(tmp_path, "pynvml", NVML_NO_LIBRARY), FAKE, **env_mx)
     assert nv["gpus"]["vendor"] == "nvidia" and mx["gpus"]["vendor"] == "metax"
     assert mx["gpus"]["visible_devices"] == value == nv["gpus"]["visible_devices"]
-    assert {**mx["gpus"], "vendor": "nvidia"} == nv["gpus"]
+    assert (mx["gpus"]["source"], nv["gpus"]["source"]) == ("pymxml", "pynvml")
+    assert {**mx["gpus"], "vendor": "nvidia", "source": "pynvml"} == nv["gpus"]
     # the device list keeps the machine's indices: the ones the server's variable takes
     assert [g["index"] for g in mx["gpus"]["gpus"]] == [0]
     if value == "":  # an empty variable hides every GPU from the runtime: the choice keeps to it
