@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Callable
 
 CONFIGURATION = "trimming/configuration or missing dependency"
+# the machine, not the trim nor the serve settings: a variable unset or wrong, a package replaced
+ENVIRONMENT = "environment / missing dependency"
 CHECKPOINT = "checkpoint mapping/completeness"
 RESOURCES = "insufficient resources"
 DUMMY_LIMIT = "dummy initialisation or quantization post-processing limitation"
@@ -73,12 +76,195 @@ RULES: list[tuple[str, re.Pattern, str]] = [
      "dummy weights cannot go through this quantization's post-processing: validate with real weights"),
 ]
 
+# --- specific failures, before the generic rules above --------------------------------------
+# Each is tied to what raised it: a generic message (a TypeError about None) counts only where the
+# traceback that raised it, or the log, shows the context that makes it this failure.
+MACA_EXPORTS = ("MACA_PATH=/opt/maca, LD_LIBRARY_PATH=$MACA_PATH/lib:$MACA_PATH/mxgpu_llvm/lib:$MACA_PATH/ompi/lib:"
+                "$LD_LIBRARY_PATH, MACA_CLANG_PATH=/opt/maca/mxgpu_llvm/bin")
+# a vLLM-MetaX run: its platform plugin, its package, the MACA runtime or a MetaX torch build
+METAX_LOG = re.compile(r"(?i)vllm_metax|platform plugin metax|\bmaca\b|backends[/\\]metax|\+metax|\bmetax\b")
+# the MACA runtime's frames or variables in the traceback that raised a line
+MACA_TRACEBACK = re.compile(r"(?i)triton[/\\]backends[/\\](?:metax|maca)[/\\]|MACA_PATH|maca_home|libmaca")
+# torch's version as a log line gives it: "PyTorch version: 2.8.0+cu128", "torch==2.8.0+cu128", "torch 2.8.0"
+TORCH_VERSION = re.compile(
+    r"(?i)\b(?:PyTorch|torch)(?: version)?(?:\s*[:=]=?\s*|\s+)v?(\d+\.\d+(?:\.\d+)?(?:[a-z]+\d*)*(?:\+[\w.]+)?)")
+# the utilisation the server ran at: mxtrim's command line, vLLM's "non-default args", a config repr
+GPU_UTILISATION = re.compile(
+    r"--gpu-memory-utilization[= ](\d*\.?\d+)|'gpu_memory_utilization': (\d*\.?\d+)|gpu_memory_utilization=(\d*\.?\d+)")
+
+
+@dataclass
+class Facts:
+    """What the advice may quote besides the evidence: the log's lines, torch's version (from the
+    environment passed in, else from a log line) and the environment's variables."""
+    lines: list[str]
+    torch: str | None = None
+    torch_line: str | None = None  # the log line that gave it, quoted as evidence
+    variables: dict = field(default_factory=dict)
+
+    def anywhere(self, pattern: re.Pattern) -> re.Match | None:
+        for raw in self.lines:
+            m = pattern.search(raw)
+            if m:
+                return m
+        return None
+
+    def to_json(self) -> dict:
+        if not self.torch:
+            return {}
+        return {"torch": self.torch, "torch_build": self.torch.partition("+")[2] or None}
+
+
+@dataclass(frozen=True)
+class Rule:
+    category: str
+    pattern: re.Pattern
+    advice: str | Callable[[list[str], Facts], str]  # a callable reads the evidence and the facts
+    # what must surround a matching line: in the traceback that raised it (the line included), or,
+    # with ``whole_log``, anywhere in the log
+    context: re.Pattern | None = None
+    whole_log: bool = False
+    quotes_torch: bool = False  # the log line that gives torch's version is evidence too
+
+
+def _maca_path_advice(evidence: list[str], facts: Facts) -> str:
+    return ("MACA_PATH is not set where the server runs: triton's MetaX backend builds its launcher from "
+            "$MACA_PATH/lib and $MACA_PATH/include. Export, in the environment `vllm serve` starts from: "
+            f"{MACA_EXPORTS}. A non-interactive SSH shell (`ssh host cmd`, remote runners) does not read "
+            "~/.bashrc: put the exports in the command itself or in a file it sources")
+
+
+def _maca_clang_advice(evidence: list[str], facts: Facts) -> str:
+    now = facts.variables.get("MACA_CLANG_PATH")
+    said = f" (it is {now})" if now else ""
+    return (f"MACA_CLANG_PATH must be the directory that holds mxcc, /opt/maca/mxgpu_llvm/bin, not the mxcc file "
+            f"itself{said}: export MACA_CLANG_PATH=/opt/maca/mxgpu_llvm/bin (with MACA_PATH=/opt/maca) where the "
+            "server starts; a non-interactive SSH shell does not read ~/.bashrc")
+
+
+FP8_SETTINGS = re.compile(r"VLLM_METAX_\w*FP8\w*")
+
+
+def _fp8_advice(evidence: list[str], facts: Facts) -> str:
+    named: list[str] = []
+    for raw in facts.lines:
+        for name in FP8_SETTINGS.findall(raw):
+            if name not in named:
+                named.append(name)
+    for name in ("VLLM_METAX_SUPPORTS_FP8", "VLLM_METAX_USE_FP8_WO_A"):
+        if name not in named:
+            named.append(name)
+    return (f"this vLLM-MetaX build or device does not run the output's FP8 format (settings involved: "
+            f"{', '.join(named)}; vllm_metax offers fp8 only with VLLM_METAX_SUPPORTS_FP8=1, and "
+            "VLLM_METAX_USE_FP8_WO_A switches DeepSeek-V4's FP8 wo_a path). C500 parts without FP8 support cannot "
+            "serve it with any setting: validate this output where FP8 runs (an FP8-capable part and build). "
+            "The output keeps the source's FP8 format; its layout is not the cause")
+
+
+def _device_advice(evidence: list[str], facts: Facts) -> str:
+    metax = facts.anywhere(METAX_LOG) is not None
+    if facts.torch and "+metax" not in facts.torch:
+        tag = facts.torch.partition("+")[2]
+        build = f"build tag +{tag}" if tag else "no build tag"
+        return (f"torch {facts.torch} ({build}) is a public build, not MetaX's (whose version carries +metax, e.g. "
+                "2.8.0+metax3.7.2.0), and sees no MetaX device (typically a pip install that pulled torch from a public "
+                "index over the vendor's wheel). Reinstall MetaX's torch (and its triton) from the MACA "
+                "release, then install other packages with the vendor's torch pinned (e.g. a constraints file)")
+    if facts.torch:
+        return (f"torch {facts.torch} is MetaX's build but sees no device: check the driver (mx-smi lists the "
+                "GPUs), MACA_VISIBLE_DEVICES / CUDA_VISIBLE_DEVICES (they must select existing GPUs, the same ones), "
+                f"access to /dev/mxcd and /dev/dri (the video group), and the MACA exports ({MACA_EXPORTS})")
+    if metax:
+        return ("no MetaX device is visible to torch: check torch's build (`python -c 'import torch; "
+                "print(torch.__version__)'` must show +metax; a public torch that replaced the vendor's sees none), "
+                "the driver (mx-smi), MACA_VISIBLE_DEVICES / CUDA_VISIBLE_DEVICES and the MACA exports")
+    return ("no accelerator is visible to this torch: check its build (`python -c 'import torch; "
+            "print(torch.__version__)'`: the device's own, not a CPU or another vendor's), the driver, and the "
+            "visible-device variables (CUDA_VISIBLE_DEVICES, MACA_VISIBLE_DEVICES)")
+
+
+def _autotune_oom_advice(evidence: list[str], facts: Facts) -> str:
+    now = None
+    m = facts.anywhere(GPU_UTILISATION)
+    if m:
+        now = float(next(g for g in m.groups() if g))
+    used = now if now is not None else 0.9  # vLLM's default
+    lower = 0.8 if used > 0.8 else max(round(used - 0.1, 2), 0.1)
+    return (f"start-up ran out of device memory while torch.compile autotuned kernels, in what the KV cache "
+            f"left at --gpu-memory-utilization {used:g}: leave room with --gpu-memory-utilization {lower:g}, or "
+            "serve with --enforce-eager (no compilation, no autotuning)")
+
+
+KV_TOO_SMALL = re.compile(r"max seq len \((\d+)\).*?estimated maximum model length is (\d+)")
+
+
+def _kv_advice(evidence: list[str], facts: Facts) -> str:
+    for line in evidence:
+        m = KV_TOO_SMALL.search(line)
+        if m:
+            wanted, fits = int(m.group(1)), int(m.group(2))
+            return (f"the KV cache budget cannot hold one sequence of {wanted} tokens; the largest context that fits "
+                    f"is {fits} tokens: serve with --max-model-len {fits}, or give the KV cache more memory "
+                    "(--gpu-memory-utilization, or --kv-cache-memory-bytes on CPU)")
+    return RESOURCES_ADVICE
+
+
+def _shards_advice(evidence: list[str], facts: Facts) -> str:
+    return ("vLLM-MetaX's compile-mode path (vllm_metax 0.17) rejects this fused GPTQ layer, which vLLM serves in "
+            "eager mode: a defect of the runtime, not of the checkpoint. Serve with --enforce-eager; if the error "
+            "stays, compare the quantization of the layer's shards (q/k/v, gate/up) in the checkpoint")
+
+
+# the generic RESOURCES advice, for a KV message without vLLM's estimate
+RESOURCES_ADVICE = next(advice for category, _, advice in RULES if category == RESOURCES)
+OOM = re.compile(r"OutOfMemoryError: (?:CUDA |MACA |HIP )?out of memory|CUDA error: out of memory|"
+                 r"(?<!\w)out of memory\. Tried to allocate")
+
+SPECIFIC_RULES: list[Rule] = [
+    # 1. MACA_PATH unset: triton's MetaX backend joins None with "lib"
+    Rule(ENVIRONMENT, re.compile(
+        r"TypeError: (?:expected str, bytes or os\.PathLike object, not NoneType|"
+        r"stat: path should be string, bytes, os\.PathLike or integer, not NoneType)"),
+        _maca_path_advice, context=MACA_TRACEBACK),
+    # 2. MACA_CLANG_PATH naming the mxcc file: ".../bin/mxcc/mxcc" is not a path
+    Rule(ENVIRONMENT, re.compile(
+        r"(?:NotADirectoryError|FileNotFoundError)\b[^\n]*\bmxcc\b|"
+        r"\bmxcc\b[^\n]{0,60}(?:not found|No such file|Not a directory|cannot be found)"),
+        _maca_clang_advice, context=re.compile(r"MACA_CLANG_PATH|mxgpu_llvm"), whole_log=True),
+    # 4. no device for torch: a public torch in place of MetaX's, no driver, devices hidden; or
+    #    vLLM-MetaX's binaries built against another torch
+    Rule(ENVIRONMENT, re.compile(
+        r"No CUDA GPUs are available|Found no NVIDIA driver on your system|Failed to infer device type|"
+        r"Torch not compiled with CUDA enabled|"
+        r"(?:ImportError|OSError)\b[^\n]*(?:vllm_metax|mcoplib|metax)[^\n]*undefined symbol"),
+        _device_advice, quotes_torch=True),
+    # 3. FP8 on a MetaX part or build without it (vllm_metax lists fp8 only with
+    #    VLLM_METAX_SUPPORTS_FP8=1; its platform refuses float8 dtypes)
+    Rule(QUANT_BUILD, re.compile(
+        r"(?i)\bfp8\w* quantization is (?:currently )?not supported in|FP8 is not supported on|"
+        r"(?:fp8|float8)\w*[^\n]{0,80}(?:not supported|unsupported)"),
+        _fp8_advice, context=METAX_LOG, whole_log=True),
+    # 7. the KV cache cannot hold one max_model_len sequence: vLLM names the length that fits
+    Rule(RESOURCES, re.compile(r"max seq len \(\d+\).*estimated maximum model length is \d+"), _kv_advice),
+    # 5. out of memory while torch.compile autotunes, at start-up (the KV cache already allocated)
+    Rule(RESOURCES, OOM, _autotune_oom_advice, context=re.compile(
+        r"_inductor[/\\][^\n]*autotun|autotune_to_one_config|benchmark_all_configs|autotune_select_algorithm|"
+        r"_inductor[/\\]select_algorithm")),
+    # 6. vllm_metax's compile-mode check on fused GPTQ layers
+    Rule(DEFECT, re.compile(r"Detected some but not all shards of \S+ are quantized"),
+         _shards_advice, context=METAX_LOG, whole_log=True),
+]
+
+
 NOISE = re.compile(
     r"EngineDeadError|Engine core proc .* died unexpectedly|shutting down|Shutting down|"
     r"\.py:\d+: \w*Warning:|^\s*warnings\.warn\("  # Python warnings are not errors
 )
 # "(EngineCore pid=1) ERROR 12-02 20:23:16 [core.py:1510] message": the level and the message
 LOG_LINE = re.compile(r"^(?:\(\w+ pid=\d+\)\s*)?(DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d [\d:]+ \[[^\]]*\]\s?(.*)$")
+# the process tag vLLM puts before a line it did not log itself (a traceback printed to stderr):
+# "(APIServer pid=1)   File ..." is a frame, "(APIServer pid=1) RuntimeError: ..." an exception
+PROCESS_TAG = re.compile(r"^\([^()]*\bpid=\d+\) ?")
 EXCEPTION = re.compile(r"^(?:[\w.]+\.)?\w*(?:Error|Exception|Exit)\b(?::|$)")
 # errors that wrap their cause in indented lines ("1 validation error for VllmConfig" and,
 # below it, "  Value error, torch.float32 is not supported for quantization method fp8 ...")
@@ -92,9 +278,13 @@ class Verdict:
     summary: str
     evidence: list[str] = field(default_factory=list)
     advice: str = ""
+    facts: dict = field(default_factory=dict)  # e.g. torch's version and build tag, where they matter
 
     def to_json(self) -> dict:
-        return {"class": self.category, "summary": self.summary, "evidence": self.evidence, "advice": self.advice}
+        doc = {"class": self.category, "summary": self.summary, "evidence": self.evidence, "advice": self.advice}
+        if self.facts:
+            doc["facts"] = self.facts
+        return doc
 
 
 def error_content(lines: list[str]) -> tuple[list[str], list[str]]:
@@ -109,7 +299,7 @@ def error_content(lines: list[str]) -> tuple[list[str], list[str]]:
         if m and m.group(1) not in ("ERROR", "CRITICAL"):
             wrapper_at = None
             continue
-        content = m.group(2) if m else raw
+        content = m.group(2) if m else untagged(raw)
         text = content.strip()
         if not text or NOISE.search(text):
             continue
@@ -129,6 +319,84 @@ def error_content(lines: list[str]) -> tuple[list[str], list[str]]:
     return exceptions, others
 
 
+def untagged(raw: str) -> str:
+    return PROCESS_TAG.sub("", raw, count=1)
+
+
+def tracebacks(lines: list[str]) -> dict[str, str]:
+    """Each exception line (as ``error_content`` gives it) -> the frames of the traceback that
+    raised it, chained causes included, read per process (tracebacks of several processes
+    interleave). The frames are no evidence; they tell what a generic message is about."""
+    frames: dict[str, list[str]] = {}
+    chained: dict[str, bool] = {}
+    wrapper: dict[str, str | None] = {}  # the wrapper whose indented root lines follow
+    found: dict[str, list[str]] = {}
+    for raw in lines:
+        m = LOG_LINE.match(raw.strip())
+        if m and m.group(1) not in ("ERROR", "CRITICAL"):
+            continue
+        stripped = raw.strip()
+        tag_m = PROCESS_TAG.match(stripped)
+        tag = tag_m.group(0).strip() if tag_m else ""
+        content = m.group(2) if m else untagged(stripped if tag else raw)
+        text = content.strip()
+        block = frames.setdefault(tag, [])
+        if text.startswith("Traceback (most recent call last)"):
+            if not chained.get(tag):
+                block.clear()
+            chained[tag] = False
+            wrapper[tag] = None
+            continue
+        if text.startswith(("The above exception was the direct cause", "During handling of the above exception")):
+            chained[tag] = True
+            continue
+        if wrapper.get(tag) and content.startswith((" ", "\t")) and ROOT_IN_WRAPPER.match(text):
+            found.setdefault(text[:400], []).append("\n".join(block))
+            continue
+        if EXCEPTION.match(text):
+            found.setdefault(text[:400], []).append("\n".join(block))
+            wrapper[tag] = text if WRAPPER.search(text) else None
+            continue
+        if content.startswith((" ", "\t")) or text.startswith('File "'):
+            block.append(text)
+    return {k: "\n".join(v) for k, v in found.items()}
+
+
+def _torch_from_environment(environment: dict | None) -> str | None:
+    """torch's version from the offline probe's record (``{"packages": {"torch": {"version": ...}}}``;
+    a PackageInfo in place of the inner dict is read the same)."""
+    if not environment:
+        return None
+    torch = (environment.get("packages") or {}).get("torch")
+    version = torch.get("version") if isinstance(torch, dict) else getattr(torch, "version", None)
+    return version if isinstance(version, str) and version else None
+
+
+def _facts(lines: list[str], environment: dict | None) -> Facts:
+    facts = Facts(lines=lines, variables=dict((environment or {}).get("variables") or {}))
+    facts.torch = _torch_from_environment(environment)
+    for raw in lines:
+        m = TORCH_VERSION.search(raw)
+        # the environment passed in is the server's own; a log line that says otherwise is not quoted
+        if m and facts.torch in (None, m.group(1)):
+            facts.torch, facts.torch_line = m.group(1), raw.strip()[:400]
+            break
+    return facts
+
+
+def _specific(rule: Rule, candidates: list[str], raised: dict[str, str], facts: Facts) -> list[str]:
+    """The candidate lines this rule claims: its pattern, and its context where it needs one."""
+    found = []
+    in_log = rule.context is not None and rule.whole_log and facts.anywhere(rule.context) is not None
+    for text in candidates:
+        if text in found or not rule.pattern.search(text):
+            continue
+        if rule.context is not None and not in_log and not rule.context.search(text + "\n" + raised.get(text, "")):
+            continue
+        found.append(text)
+    return found[:4]
+
+
 def _matches(lines: list[str], pattern: re.Pattern, limit: int = 4) -> list[str]:
     found = []
     for text in lines:
@@ -137,15 +405,32 @@ def _matches(lines: list[str], pattern: re.Pattern, limit: int = 4) -> list[str]
     return found[:limit]
 
 
-def classify(lines: list[str], returncode: int | None, stopped_by_us: bool, reason: str = "", *, dummy: bool = True) -> Verdict | None:
+def classify(lines: list[str], returncode: int | None, stopped_by_us: bool, reason: str = "", *, dummy: bool = True,
+             environment: dict | None = None) -> Verdict | None:
     """None when nothing failed (a requested stop included). ``dummy``: the server loaded dummy
-    weights (only then can a dummy-initialisation limit be the cause)."""
+    weights (only then can a dummy-initialisation limit be the cause). ``environment``: the
+    offline probe's record of the server's environment (``{"packages": {"torch": {"version":
+    ...}}, "variables": {...}}``), where the caller has it: an environment verdict then names
+    torch's build."""
     if stopped_by_us and not reason:
         return None
     summary = reason or f"exit status {returncode}"
     exceptions, others = error_content(lines)
+    raised = tracebacks(lines)
+    facts = _facts(lines, environment)
     # the exceptions first (the root cause is raised there), then any other error line
     for candidates in (exceptions, others):
+        # the specific failures first: each rests on a line and on what raised it
+        for rule in SPECIFIC_RULES:
+            evidence = _specific(rule, candidates, raised, facts)
+            if evidence:
+                more = [line for line in _specific(rule, others, raised, facts) if line not in evidence]
+                evidence = (evidence + more)[:4]
+                advice = rule.advice(evidence, facts) if callable(rule.advice) else rule.advice
+                known = facts.to_json() if rule.category == ENVIRONMENT else {}
+                if rule.quotes_torch and facts.torch_line and facts.torch_line not in evidence:
+                    evidence = evidence[:3] + [facts.torch_line]
+                return Verdict(rule.category, summary, evidence, advice, known)
         for category, pattern, advice in RULES:
             if category == DUMMY_LIMIT and not dummy:
                 continue
