@@ -11,7 +11,7 @@ VLLM_STAMP := $(VLLM_VENV)/.vllm-installed
 # The one torch pin of development and CI (the CPU build), read from constraints.txt.
 TORCH := $(shell sed -n 's/^torch==//p' constraints.txt)
 
-.PHONY: run test test-fast vllm transformers-range bench screenshots clean-venv
+.PHONY: run test test-fast environments vllm transformers-range bench screenshots clean-venv
 
 $(BIN)/python:
 	@echo "mxtrim: creating $(VENV) with $(PYTHON)"
@@ -74,7 +74,12 @@ JOBS ?= $(shell echo $$(( $$(nproc) + 1 )))
 PYTEST := $(BIN)/python -m pytest -q -n $(JOBS) --maxschedchunk 2
 
 # The whole suite, real vLLM servers included (CI's command).
-test: $(STAMP) $(VLLM_STAMP) $(RANGE_STAMPS)
+# The environments are made side by side (on a fresh clone most of their time is waiting on
+# downloads and unpacking): .venv, then the transformers venvs that link its torch, beside vLLM's.
+environments: $(STAMP) $(VLLM_STAMP) $(RANGE_STAMPS)
+
+test:
+	@$(MAKE) --no-print-directory -j3 environments
 	MXTRIM_VLLM_PYTHON=$(abspath $(VLLM_VENV))/bin/python \
 	MXTRIM_TRANSFORMERS_RANGE="$(foreach v,$(TRANSFORMERS_RANGE),$(abspath .venv-transformers-$(v))/bin/python)" $(PYTEST)
 

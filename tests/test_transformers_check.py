@@ -111,3 +111,29 @@ def test_the_check_can_fail(tmp_path):
     _, check = check_plan(undone)
     assert check.status == MISMATCH
     assert "the output config builds 8 text layers, 4 are kept" in check.problems[0]
+
+
+@pytest.mark.parametrize("failure", ["internals", "other"])
+def test_a_loader_this_version_does_not_have_is_not_checked_and_blocks_nothing(tmp_path, monkeypatch, failure):
+    """transformers' loader is internal and changes between versions: where it cannot be run, the
+    verdict is *not checked* with the version and the reason, never a mismatch with a --keep fix
+    (transformers 4.57 once blocked every plan this way)."""
+    import transformers
+
+    from mxtrim_tui.core.checks import loader
+    from mxtrim_tui.core.checks.transformers_plan import NOT_CHECKED
+
+    def unknown(model, feed):
+        if failure == "internals":
+            raise loader.LoaderUnavailable(f"transformers {transformers.__version__} has neither the 5.x loader nor the 4.56 - 4.57 one")
+        raise TypeError("convert_and_load_state_dict_in_model() missing 1 required positional argument: 'tp_plan'")
+
+    monkeypatch.setattr(loader, "load_with_transformers", unknown)
+    src = make_source("llama", tmp_path / "src")
+    plan = checked_plan(plan_for(src, ["0,5"]))
+    check = plan.transformers_check
+    assert check.status == NOT_CHECKED, check
+    assert "has exactly the kept layers" in check.summary and "tensor names were not checked" in check.summary
+    assert f"transformers {transformers.__version__}" in check.summary
+    assert not plan.errors and plan.kept["text"] == [0, 5]
+    assert not any("--keep" in (i.fix or "") for i in plan.issues)

@@ -241,7 +241,9 @@ class BudgetScreen(WizardScreen):
         status = self.query_one("#gpu-status", Static)
         table.display = bool(probe.available and probe.gpus)
         if table.display:
-            status.update(Text(f"{probe.vendor} driver {probe.driver}" + (f", visible: {probe.visible_devices}" if probe.visible_devices else ""), style="dim"))
+            source = probe.source
+            status.update(Text(f"{probe.vendor} driver {probe.driver}" + (f" (read through {source})" if source else "")
+                               + (f", visible: {probe.visible_devices}" if probe.visible_devices else ""), style="dim"))
         else:
             status.update(Text(f"not available: {probe.reason}", style="dim"))
         for g in probe.gpus:
