@@ -31,8 +31,10 @@ class LoaderUnavailable(Exception):
 
 
 def transformers_version() -> str:
-    import transformers
-
+    try:
+        import transformers
+    except ImportError:
+        return "(not installed)"
     return getattr(transformers, "__version__", "?")
 
 

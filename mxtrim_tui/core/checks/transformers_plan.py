@@ -572,7 +572,9 @@ def checked_plan(plan, *, force: bool = False):
     try:
         plan, check = check_plan(plan)
     except Exception as exc:  # transformers internals this version does not have, a class that raises
-        check = TransformersCheck(NOT_CHECKED, f"the check could not run ({_first_line(exc)})")
+        from .loader import transformers_version
+
+        check = TransformersCheck(NOT_CHECKED, f"the check could not run on transformers {transformers_version()} ({_first_line(exc)})")
         return dataclasses.replace(plan, transformers_check=check)
     inv = plan.inventory
     if check.status == MISMATCH and plan.auto.get("text"):

@@ -22,8 +22,12 @@ from ..read.source_pins import pin_differences
 
 SCHEMA = "mxtrim.examples/1"
 DEFAULT_FOLDER = Path("tools") / "batched_test" / "models"
-# the versions compared between a validation and now (as the offline probe names them)
-DRIFT_KEYS = ("python", "vllm", "vllm_metax", "transformers", "torch")
+# the versions compared between a validation and now (as the offline probe names them): the
+# packages, torch's build tag (cpu, cu128, metax...), the MACA and MetaX driver versions
+DRIFT_KEYS = ("python", "vllm", "vllm_metax", "transformers", "torch", "torch_build", "maca", "driver")
+PACKAGE_KEYS = ("vllm", "vllm_metax", "transformers", "torch")
+# read only where the environment recorded them (a run validated before they were kept has none)
+_RECORDED_KEYS = ("maca", "driver")  # sections of the record: {"version", ...}
 TEXT_LIMIT = 1 << 20  # README / launch script / config bytes read for paths
 # a row of the report's "Files" table: | `name` | kind | bytes | from |
 _FILES_ROW = re.compile(r"^\| `([^`]+)` \| ([^|]*?) \|", re.M)
@@ -79,10 +83,16 @@ def _loads(text: str | None):
 
 
 def versions_of(environment: dict) -> dict:
-    """{python, vllm, ...: version} of a recorded or probed environment."""
+    """{python, vllm, ..., torch_build, maca, driver: version} of a recorded or probed
+    environment. torch's build tag is its version's local part when the record has no tag of
+    its own; the MACA and driver versions are left out when the record has no such section."""
     packages = environment.get("packages") or {}
     out = {"python": environment.get("python")}
-    out.update({name: (packages.get(name) or {}).get("version") for name in DRIFT_KEYS if name != "python"})
+    out.update({name: (packages.get(name) or {}).get("version") for name in PACKAGE_KEYS})
+    out["torch_build"] = environment["torch_build"] if "torch_build" in environment else ((out["torch"] or "").partition("+")[2] or None)
+    for key in _RECORDED_KEYS:
+        if isinstance(environment.get(key), dict):
+            out[key] = environment[key].get("version")
     return out
 
 
@@ -180,7 +190,9 @@ def _read_validation(path: Path, ex: Example, now: dict | None) -> None:
     then = versions_of(last.get("environment") or {})
     ex.validation = {"ok": last.get("ok"), "started": last.get("started"), "versions": then}
     if now is not None:
-        ex.drift = {k: {"then": then.get(k), "now": now.get(k)} for k in DRIFT_KEYS if then.get(k) != now.get(k)}
+        # a key the earlier run did not record (MACA, driver) is not compared: unknown is no drift
+        ex.drift = {k: {"then": then.get(k), "now": now.get(k)} for k in DRIFT_KEYS
+                    if (k in then or k not in _RECORDED_KEYS) and then.get(k) != now.get(k)}
 
 
 def _stale_paths(texts: dict[str, str | None]) -> list[str]:
@@ -250,7 +262,8 @@ def example_details(ex: Example, script_lines: int = 3) -> dict:
 
 def now_versions(python: str, timeout: float = 60.0) -> dict | None:
     """The versions of ``python``'s environment (python, vllm, vllm_metax, transformers,
-    torch), asked of it with the offline probe's --versions; None when it does not answer."""
+    torch, torch's build tag, MACA, driver), asked of it with the offline probe's --versions;
+    None when it does not answer."""
     import subprocess
 
     from ..probe import OFFLINE_PROBE

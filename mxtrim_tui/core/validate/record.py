@@ -50,6 +50,32 @@ def _status_cell(r) -> str:
     return r.status
 
 
+def environment_lines(env: dict) -> list[str]:
+    """The environment record in words (empty for a run recorded before it was kept): torch and
+    its build tag, MACA and the MetaX driver, the device variables set; the vLLM platform and the
+    plugins loaded."""
+    if not any(k in env for k in ("torch_build", "maca", "driver", "variables", "vllm_plugins")):
+        return []
+    torch = (env.get("packages", {}).get("torch") or {}).get("version")
+    maca, driver = env.get("maca") or {}, env.get("driver") or {}
+    variables = env.get("variables") or {}
+    parts = [f"torch {torch} (build tag {env.get('torch_build') or 'none'})" if torch else "torch absent"]
+    if maca.get("version") or variables.get("MACA_PATH") is not None:  # said only where MACA is meant to be
+        parts.append(f"MACA {maca['version']} ({maca.get('root')})" if maca.get("version") else f"no MACA version under {maca.get('root')}")
+    if driver.get("version"):
+        parts.append(f"MetaX driver {driver['version']}")
+    parts += [f"{k}={val}" for k, val in variables.items() if val is not None]
+    lines = ["Environment: " + ", ".join(f"`{p}`" if "=" in p else p for p in parts) + "."]
+    loaded = [f"{p.get('name')} ({p.get('distribution') or '?'})" for p in env.get("vllm_plugins") or []
+              if p.get("group") == "vllm.general_plugins" and p.get("status") == "loaded"
+              and str(p.get("value") or "").split(":")[0].split(".")[0] != "vllm"]  # vLLM's own (LoRA resolvers) unsaid
+    failed = [f"{p.get('name')} failed ({p.get('error')})" for p in env.get("vllm_plugins") or [] if p.get("status") == "failed"]
+    if env.get("vllm_platform") or loaded or failed:
+        lines.append(f"vLLM platform `{env.get('vllm_platform') or '?'}`; plugins outside vLLM loaded: "
+                     + (", ".join(loaded + failed) or "none") + ".")
+    return lines
+
+
 def render_section(v: Validation, runs: int, integrity_rows: list[str]) -> str:
     import shlex
 
@@ -57,6 +83,9 @@ def render_section(v: Validation, runs: int, integrity_rows: list[str]) -> str:
     lines = [SECTION, "", f"Last run {v.started} with `{v.python}`" + (f" (vLLM {vllm}" if vllm else " (")
              + (f", found from {v.python_origin})" if v.python_origin else ")")
              + f"; {runs} run(s) in `{HISTORY}`; server log in `logs/serve.log`.", ""]
+    env_lines = environment_lines(v.environment)
+    if env_lines:
+        lines += [" ".join(env_lines), ""]
     if v.settings:
         lines += [f"Served with: {v.settings_line()}.", ""]
     if v.serve_command:

@@ -141,20 +141,43 @@ def offline_checks(out: Path, python: str, trust_remote_code: bool, timeout: flo
     names = {"config": "config loads offline (AutoConfig, local files only)", "tokenizer": "tokenizer round trip offline",
              "chat template": "chat template renders", "processor": "processor loads offline",
              "architecture registered": "architecture registered in this vLLM"}
-    rows = [Row(names.get(c["name"], c["name"]), c["status"], c["detail"], data={k: v for k, v in c.items() if k == "normalised"})
+    kept = ("normalised", "architectures", "platform")  # the class vLLM builds, its file and origin
+    rows = [Row(names.get(c["name"], c["name"]), c["status"], c["detail"], data={k: v for k, v in c.items() if k in kept})
             for c in doc.pop("checks")]
+    if doc.get("warnings"):  # the environment's own (visible-device variables that disagree)
+        doc["warning"] = "; ".join(doc["warnings"])
     return doc, rows
 
 
-def workspace_warning(env: dict, cwd: Path) -> str | None:
-    """A vLLM source tree in the working directory that is not the vLLM being run."""
-    origin = (env.get("packages", {}).get("vllm") or {}).get("origin")
+# source trees a working directory may be in: (package directory, what it is called, its files)
+_SOURCE_TREES = (("vllm", "vLLM", ("pyproject.toml",)), ("vllm_metax", "vLLM-MetaX", ("pyproject.toml", "setup.py")))
+
+
+def _source_tree_warning(env: dict, cwd: Path, module: str, label: str, markers: tuple[str, ...]) -> str | None:
+    """The nearest ``label`` source tree around ``cwd`` when the interpreter imports ``module``
+    from elsewhere (or not at all)."""
+    origin = (env.get("packages", {}).get(module) or {}).get("origin")
     for tree in (cwd, *cwd.parents):
-        if (tree / "vllm" / "__init__.py").exists() and (tree / "pyproject.toml").exists():
-            if not origin or not Path(origin).resolve().is_relative_to(tree.resolve()):
+        if (tree / module / "__init__.py").exists() and any((tree / m).exists() for m in markers):
+            try:
+                inside = bool(origin) and Path(origin).resolve().is_relative_to(tree.resolve())
+            except OSError:
+                inside = False
+            if inside:
+                return None
+            if module == "vllm":  # the wording earlier runs recorded
                 return f"a vLLM source tree is at {tree}, but the interpreter imports vllm from {origin or 'nowhere'}"
-            return None
+            return (f"workspace source differs from runtime source: a {label} source tree is at {tree}, "
+                    f"but the interpreter imports {module} from {origin or 'nowhere'}")
     return None
+
+
+def workspace_warning(env: dict, cwd: Path) -> str | None:
+    """The environment's warnings in one line: the probe's own (``env["warning"]``), then a vLLM
+    or vLLM-MetaX source tree in the working directory that is not the one being run."""
+    found = [env["warning"]] if env.get("warning") else []
+    found += [w for w in (_source_tree_warning(env, cwd, *tree) for tree in _SOURCE_TREES) if w]
+    return "; ".join(found) or None
 
 
 def validate(out: Path, opts: ServeOptions, *, serve: bool, equivalence: bool = False, on_event=None) -> Validation:
@@ -264,7 +287,8 @@ def _serve_and_stop(v: Validation, out: Path, plan: dict, opts: ServeOptions, em
         healthy, why = server.wait_healthy(base, opts.startup_timeout, limit=opts.startup_limit)
         if not healthy:
             exit_info = server.stop()
-            verdict = classify(list(server.tail), exit_info.returncode, stopped_by_us=False, reason=why, dummy=v.mode == "dummy")
+            verdict = classify(list(server.tail), exit_info.returncode, stopped_by_us=False, reason=why, dummy=v.mode == "dummy",
+                               environment=v.environment)
             v.rows.append(Row(START_UP, FAILED, why, verdict.to_json() if verdict else None))
             emit({"event": "check", **v.rows[-1].to_json()})
             v.server_exit = _exit_json(exit_info)
@@ -290,7 +314,8 @@ def _serve_and_stop(v: Validation, out: Path, plan: dict, opts: ServeOptions, em
                 run_check()
             except Exception as exc:  # a request that could not be made: the check failed, the run goes on
                 reason = f"{type(exc).__name__}: {str(exc)[:300]}"
-                verdict = classify(list(server.tail), server.exited(), stopped_by_us=False, reason=reason, dummy=v.mode == "dummy")
+                verdict = classify(list(server.tail), server.exited(), stopped_by_us=False, reason=reason, dummy=v.mode == "dummy",
+                                   environment=v.environment)
                 v.rows.append(Row(check, FAILED, reason, verdict.to_json() if verdict else None))
                 emit({"event": "check", **v.rows[-1].to_json()})
     finally:
@@ -348,7 +373,7 @@ def generation_rows(v: Validation, out: Path, base: str, server: Server, emit) -
     verdict = None
     if failed:
         verdict = classify(list(server.tail), server.exited(), stopped_by_us=False, dummy=v.mode == "dummy",
-                           reason="; ".join(f"{r.name}: {r.detail}" for r in failed))
+                           reason="; ".join(f"{r.name}: {r.detail}" for r in failed), environment=v.environment)
     v.rows.append(Row("generation", FAILED if failed else PASSED, detail, verdict.to_json() if verdict else None,
                       data={"requests": [r.to_json() for r in results], "decode_steps": min((r.completion_tokens or 0) for r in gen) if gen else 0}))
     emit({"event": "check", **v.rows[-1].to_json()})
