@@ -83,3 +83,37 @@ def test_the_plan_names_the_runtime_transformers_and_mxtrims_own(python, sources
     assert "checked against transformers: exact" in text
     own = _version(sys.executable)
     assert f"judged by transformers {_version(python)}" in text and f"mxtrim's own is {own}" in text, text
+
+
+@pytest.mark.parametrize("python", JUDGES)
+def test_the_offline_loads_run_on_every_transformers_in_the_range(python, sources, tmp_path):
+    """The validation's offline probe (config, tokenizer round trip, chat template) in that
+    version's interpreter, on a trimmed output; vLLM is not installed there, and it says so."""
+    from mxtrim_tui.core.validate.run import offline_checks
+
+    out = tmp_path / "out"
+    r = run_cli("trim", str(sources["deepseek_v3"]), "--mode", "dummy", "--keep", "0,1", "--out", str(out))
+    assert r.returncode == 0, r.stderr[-2000:]
+    environment, rows = offline_checks(out, python, trust_remote_code=False)
+    status = {row.check.split(" ")[0]: row.status for row in rows}
+    assert environment["packages"]["transformers"]["version"] == _version(python)
+    assert status["config"] == status["tokenizer"] == status["chat"] == "passed", [(r.check, r.status, r.detail) for r in rows]
+    assert status["architecture"] == "failed" and "vLLM is not installed" in rows[-1].detail
+
+
+@pytest.mark.parametrize("python", JUDGES)
+def test_the_solver_and_the_nearest_fix_work_on_every_transformers_in_the_range(python, tmp_path):
+    """Architectures without a family module: ERNIE-4.5-MoE's first MoE index is solved against
+    that version's class, and GPT-NeoX-Japanese's last-layer rule refused with a selection that
+    builds exactly, as on the development version."""
+    from benchmarks.architecture_sweep import make_source
+
+    ernie = make_source("ernie4_5_moe", tmp_path / "ernie")
+    r = run_cli("plan", str(ernie), "--keep", "1,2", "--python", python, "--json", env={"MXTRIM_CHECK_CACHE": "0"})
+    assert r.returncode == 0, r.stderr[-2000:]
+    check = json.loads(r.stdout)["transformers_check"]
+    assert check["status"] == "exact" and check["judge"]["transformers"] == _version(python)
+    assert check["solved"] == [{"path": "moe_layer_start_index", "before": 1, "after": 0}]
+    neox = make_source("gpt_neox_japanese", tmp_path / "neox")
+    r = run_cli("plan", str(neox), "--keep", "0,1,4,5", "--python", python, env={"MXTRIM_CHECK_CACHE": "0"})
+    assert r.returncode == 1 and "--keep 0-1,4-5,7 builds exactly" in r.stdout
