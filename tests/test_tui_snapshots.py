@@ -62,9 +62,18 @@ def pinned_environment() -> dict:
     return {"python": "3.11.7 (/opt/env/bin/python)", "platform": "Linux-x86_64", "packages": packages}
 
 
+def pinned_judge(judge, answered=None) -> dict:
+    """The transformers that judged the checks, as the report names it: pinned like the
+    environment (its import origin is this checkout's path)."""
+    return {"python": "/opt/env/bin/python", "transformers": "1.0", "torch": "1.0",
+            "origin": "/opt/env/site-packages/transformers", "chosen_by": "mxtrim's own"}
+
+
 @pytest.fixture
 def make_app(demo, monkeypatch):
     monkeypatch.setattr("mxtrim_tui.core.write.report.environment", pinned_environment)
+    monkeypatch.setattr("mxtrim_tui.core.checks.plan_outcome.judge_record", pinned_judge)
+    monkeypatch.setattr("mxtrim_tui.core.checks.judge.judge_record", pinned_judge)
 
     def make():
         config = FIXTURES / "config"
