@@ -575,7 +575,7 @@ def checked_plan(plan, *, force: bool = False):
         from .loader import transformers_version
 
         check = TransformersCheck(NOT_CHECKED, f"the check could not run on transformers {transformers_version()} ({_first_line(exc)})")
-        return dataclasses.replace(plan, transformers_check=check)
+        return dataclasses.replace(plan, issues=list(plan.issues) + _unchecked_fields_issue(plan, check), transformers_check=check)
     inv = plan.inventory
     if check.status == MISMATCH and plan.auto.get("text"):
         kept = plan.kept["text"]
@@ -593,6 +593,8 @@ def checked_plan(plan, *, force: bool = False):
     if check.status == EXACT and plan.auto.get("text"):
         plan, check = _cover_every_signature(plan, check)
     issues = list(plan.issues)
+    if check.status == NOT_CHECKED:
+        issues += _unchecked_fields_issue(plan, check)
     if check.status == MISMATCH:
         message = f"{check.summary}: {check.problems[0]}" + (f" (and {len(check.problems) - 1} more)" if len(check.problems) > 1 else "")
         if force:
@@ -600,6 +602,21 @@ def checked_plan(plan, *, force: bool = False):
         else:
             issues.append(Issue("error", message, _nearest_fix(plan)))
     return dataclasses.replace(plan, issues=issues, transformers_check=check)
+
+
+def _unchecked_fields_issue(plan, check) -> list:
+    """When the check did not run: the fields that may place layers by index and that no
+    family rule re-derived (without the check nothing did), as one warning."""
+    from ..plan.build import Issue, unchecked_index_fields
+
+    fields = unchecked_index_fields(plan)
+    if not fields:
+        return []
+    return [Issue("warning", f"{', '.join(fields)} may decide which layers are which by their index, and nothing checked "
+                  "them after renumbering (no family module for this architecture, and transformers' check did not run: "
+                  f"{check.summary}); the output may build other layers than the kept ones",
+                  "run the plan where transformers is installed (--python, or pip install 'mxtrim-tui[checks]'), "
+                  "or keep a prefix of the layers (0..n-1), which keeps every index")]
 
 
 def _cover_every_signature(plan, check):

@@ -35,6 +35,7 @@ from .families.base import (
     NO_MLP,
     Family,
     Stack,
+    compression_ratio,
     first_int,
     layer_types_rule,
 )
@@ -271,6 +272,10 @@ def _declared_depth(cfg: dict, stack: Stack) -> int | None:
 def _mtp_count(config: dict, text_cfg: dict, fam: Family) -> int:
     if fam.mtp is None:
         return 0
+    if fam.mtp.count_rule is not None:
+        n = fam.mtp.count_rule(text_cfg)
+        if n is not None:
+            return n
     for cfg in (text_cfg, config):
         n = first_int(cfg, *fam.mtp.count_fields)
         if n is not None:
@@ -381,7 +386,11 @@ def tensor_kinds(rests: list[str], shapes: list[tuple[int, ...]], expert_ids: se
                 has.add("router bias")
         elif head in ("self_attn", "attn", "attention", "self_attention"):
             sub = parts[1] if len(parts) > 1 else ""
-            if sub == "indexer":
+            if sub == "compressor":  # DeepSeek-V4: compressed cache (its indexer nested in it, transformers' names)
+                has.add("compressor")
+                if len(parts) > 2 and parts[2] == "indexer":
+                    has.add("indexer")
+            elif sub == "indexer":
                 has.add("indexer")
             elif sub in ("kv_a_proj_with_mqa", "kv_b_proj", "wkv", "kv_a_layernorm"):
                 has.add("mla")
@@ -395,7 +404,7 @@ def tensor_kinds(rests: list[str], shapes: list[tuple[int, ...]], expert_ids: se
                 has.add("kv")
             elif sub in ("q_norm", "k_norm", "query_layernorm", "key_layernorm"):
                 has.add("qk-norm")
-            elif sub == "sinks":
+            elif sub in ("sinks", "attn_sink"):
                 has.add("attention sinks")
             elif sub in ("o_proj", "proj", "dense", "out_proj"):
                 has.add("attn")
@@ -403,11 +412,16 @@ def tensor_kinds(rests: list[str], shapes: list[tuple[int, ...]], expert_ids: se
             has.add("linear")
         elif head == "mamba":
             has.add("mamba")
-        elif head == "eh_proj":
+        elif head in ("eh_proj", "e_proj", "h_proj"):
             has.add("mtp head")
+        elif head == "main_proj":  # DSpark: the target layers' hidden states projected
+            has.add("dspark main_proj")
+        elif head in ("markov_head", "confidence_head"):
+            has.add("dspark markov head")
     n_exp = len(experts) if experts else fused_experts
     special = tuple(
-        s for s in ("shared expert", "router bias", "indexer", "qk-norm", "attention sinks", "qkv bias", "mtp head") if s in has
+        s for s in ("shared expert", "router bias", "indexer", "qk-norm", "attention sinks", "qkv bias", "mtp head",
+                    "dspark main_proj", "dspark markov head") if s in has
     )
     return _attention_class(has), _mlp_class(has), n_exp, special
 
@@ -418,6 +432,8 @@ def _attention_class(has: set[str]) -> str:
         return LINEAR
     if "mamba" in has:
         return MAMBA
+    if "compressor" in has:
+        return COMPRESSED_TENSORS_INDEXER if "indexer" in has else COMPRESSED_TENSORS
     if "mla" in has:
         return DSA_FULL if "indexer" in has else MLA
     if "q" in has and "kv" not in has and "qkv bias" not in has and "attn" in has:
@@ -438,6 +454,11 @@ def _mlp_class(has: set[str]) -> str:
     return NO_MLP
 
 
+# What DeepSeek-V4 layers with a compressor look like by their tensors (their kinds come from
+# compress_ratios: see families.base.compressed_kind).
+COMPRESSED_TENSORS = "compressed"
+COMPRESSED_TENSORS_INDEXER = "compressed + indexer"
+
 # Which tensor-derived attention classes fit which runtime kinds.
 _ATTN_FITS = {
     MLA: {MLA, DSA_FULL},  # a DSA checkpoint run as plain MLA is still MLA tensors
@@ -453,6 +474,11 @@ _MLP_FITS = {DENSE: {DENSE}, MOE: {MOE}, HASH_MOE: {HASH_MOE, MOE}, NO_MLP: {NO_
 
 
 def _attention_fits(rule: str, tensors: str) -> bool:
+    ratio = compression_ratio(rule)
+    if ratio is not None:  # DeepSeek-V4: a compressor where the ratio is > 1, its indexer at ratio 4
+        if ratio <= 1:
+            return tensors in (MLA, FULL, KV_SHARED, NO_ATTENTION)
+        return tensors == (COMPRESSED_TENSORS_INDEXER if ratio == 4 else COMPRESSED_TENSORS)
     if rule.startswith("vision"):
         return tensors in (FULL, NO_ATTENTION)
     return tensors in _ATTN_FITS.get(rule, _ATTN_DEFAULT_FIT)

@@ -9,7 +9,12 @@
   ``2 × max(1, kv_heads / TP) × head_dim × dtype``; MLA ``(kv_lora_rank + qk_rope_head_dim) ×
   dtype``, not divided by TP; DSA adds the indexer key cache (``index_head_dim`` FP8 bytes +
   one FP32 scale per 128), and with an FP8 cache the fp8_ds_mla layout (656 B); a KV-sharing
-  layer adds nothing. ``--kv-cache-dtype fp8*`` makes the element one byte. For a sequence,
+  layer adds nothing. ``--kv-cache-dtype fp8*`` makes the element one byte. DeepSeek-V4 (read
+  in vLLM 0484480bc730 ``models/deepseek_v4/attention.py``): a layer with compression ratio r
+  > 1 caches one 584 B fp8_ds_mla row (448 B NoPE + 128 B RoPE + 8 B scale; a plain
+  ``head_dim`` row with a 16-bit cache) per r tokens, ratio 4 adds the indexer's keys per r
+  tokens, and every layer (MTP too) keeps a sliding-window cache of rows per sequence; the
+  compressors' own state caches are not counted, so these lines are marked unverified. For a sequence,
   sliding layers hold ``min(window − 1 + max_num_batched_tokens, max_model_len)`` tokens and
   chunked layers at most the chunk. Linear-attention (gated delta net) and Mamba layers hold a
   constant state per sequence: convolution state plus recurrent state, in the model's dtype.
@@ -24,10 +29,12 @@ import math
 import re
 from dataclasses import dataclass, field, replace
 
-from ..model.families.base import CHUNKED, DSA_FULL, DSA_SHARED, FULL, KV_SHARED, LINEAR, MAMBA, MLA, NOPE_GLOBAL, SLIDING, first_int
+from ..model.families.base import (
+    CHUNKED, DSA_FULL, DSA_SHARED, FULL, KV_SHARED, LINEAR, MAMBA, MLA, NOPE_GLOBAL, SLIDING, compression_ratio, first_int,
+)
 from ..model.quant import config_dtype
 from ..read.safetensors_io import DTYPE_BITS
-from .build import TrimPlan, text_config
+from .build import TrimPlan, long_input_tokens, text_config
 from .partition import RankWeights, block_split_problems, rank_weights
 
 
@@ -227,6 +234,27 @@ def kv_bytes_per_token(kind: str, cfg: dict, tp: int, dtype_bytes: int, kv_cache
     return 0, "recurrent state per sequence"
 
 
+V4_FP8_ROW = 584  # vLLM deepseek_v4: 448 B NoPE fp8 + 128 B RoPE bf16 + 8 B scale per cached row
+V4_NOTE = ("unverified: vLLM 0484480's deepseek_v4 layout; the compressors' state caches are not counted")
+
+
+def compressed_kv_bytes(ratio: int, cfg: dict, kv_cache_dtype: str, dtype_bytes: int) -> tuple[int, int]:
+    """DeepSeek-V4: (bytes per token of context, bytes per cached row) of one layer with
+    compression ratio ``ratio``: a compressed row per ``ratio`` tokens (none at ratio <= 1),
+    plus the indexer's FP8 keys (one FP32 scale per 128) per ``ratio`` tokens at ratio 4. The
+    row is the fp8_ds_mla one unless a 16-bit cache is asked for; it is also what the
+    sliding-window cache holds per token. Not divided by TP (one KV head, replicated)."""
+    sixteen = kv_cache_dtype in ("bfloat16", "float16", "float32")
+    row = first_int(cfg, "head_dim", default=512) * dtype_bytes if sixteen else V4_FP8_ROW
+    if ratio <= 1:
+        return 0, row
+    per_token = math.ceil(row / ratio)
+    if ratio == 4:
+        idx = first_int(cfg, "index_head_dim", default=128) or 128
+        per_token += math.ceil((idx + 4 * max(1, idx // 128)) / ratio)
+    return per_token, row
+
+
 def recurrent_state_bytes(kind: str, cfg: dict, tp: int) -> int | None:
     """Bytes of one linear-attention / Mamba layer's state per sequence on one GPU (the
     convolution state plus the recurrent state, in the model's dtype); None when the config
@@ -276,6 +304,7 @@ def compute_budget(plan: TrimPlan, inputs: BudgetInputs) -> Budget:
         if m.submodel not in ("text", "mtp"):
             continue
         kind = m.kind.attention
+        ratio = compression_ratio(kind)
         n, note = kv_bytes_per_token(kind, cfg, tp, dtype_bytes, inputs.kv_cache_dtype)
         tokens = inputs.max_model_len
         if kind == SLIDING and window:
@@ -283,7 +312,13 @@ def compute_budget(plan: TrimPlan, inputs: BudgetInputs) -> Budget:
         if kind == CHUNKED and chunk:
             tokens = min(tokens, chunk)
         state = 0
-        if kind in (LINEAR, MAMBA):
+        if ratio is not None:  # DeepSeek-V4: compressed cache per token, sliding window per sequence
+            n, row = compressed_kv_bytes(ratio, cfg, inputs.kv_cache_dtype, dtype_bytes)
+            held = min(window - 1 + batched, inputs.max_model_len) if window else inputs.max_model_len
+            state = row * held
+            note = (f"1 row of {row} B per {ratio} tokens" + (" + indexer keys" if ratio == 4 else "") + "; " if ratio > 1 else "") \
+                + f"sliding window of {held:,} tokens per sequence; {V4_NOTE}"
+        elif kind in (LINEAR, MAMBA):
             state = recurrent_state_bytes(kind, cfg, tp)
             if state is None:
                 unestimated += 1
@@ -423,6 +458,10 @@ def _max_model_len(plan: TrimPlan) -> int:
         need = max(need, text["sliding_window"])
     if "chunked" in kinds and isinstance(text.get("attention_chunk_size"), int):
         need = max(need, text["attention_chunk_size"])
+    for kind in kinds:  # DeepSeek-V4: past the window, a compressed block, the indexer's top-k
+        ratio = compression_ratio(kind)
+        if ratio is not None:
+            need = max(need, long_input_tokens(text, ratio)[0])
     length = 4096
     while length < need + 512:
         length *= 2

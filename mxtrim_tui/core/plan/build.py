@@ -19,7 +19,7 @@ from functools import cached_property
 
 from .check_result import TransformersCheck
 from .config_edit import MISSING, ConfigEdit, apply_edits, get_path
-from ..model.families.base import DENSE, DSA_FULL, DSA_SHARED, HASH_MOE, MOE, Stack, first_int, require_moe
+from ..model.families.base import DENSE, DSA_FULL, DSA_SHARED, HASH_MOE, MOE, Stack, compression_ratio, first_int, require_moe
 from ..read.source import CONFIG_ONLY
 from ..model.inventory import (
     PER_LAYER_LISTS, Inventory, LayerKind, is_layer_index_list, stack_config,
@@ -201,7 +201,7 @@ class TrimContext:
     """What a family's rewrite hook sees: the kept layers, their kinds, the text config and
     a way to record edits and issues."""
 
-    def __init__(self, plan_edits, issues, config, stack: Stack | None, path: tuple, kept, kinds, inventory):
+    def __init__(self, plan_edits, issues, config, stack: Stack | None, path: tuple, kept, kinds, inventory, mtp_kept: bool = False):
         self._edits = plan_edits
         self._issues = issues
         self.config = config
@@ -211,6 +211,7 @@ class TrimContext:
         self.kept: list[int] = kept
         self.kinds: list[LayerKind] = kinds
         self.inventory = inventory
+        self.mtp_kept = mtp_kept  # the MTP / draft heads are kept
 
     @property
     def new_n(self) -> int:
@@ -276,16 +277,22 @@ def _same_kind(rule: tuple, kind: LayerKind) -> bool:
 PREFIX_PROBES = 64  # longest prefix beyond the groups' first layers auto_select tries
 
 
-def auto_select(inv: Inventory, submodel: str = "text") -> list[int]:
+def auto_select(inv: Inventory, submodel: str = "text", *, heads_kept: bool = False) -> list[int]:
     """The fewest layers covering every distinct signature of ``submodel`` whose rewritten
     config reproduces their kinds; dependency fixes (DSA full-before-shared, dense prefix,
-    parity/period rules) are found by a bounded search over each group's first layers."""
+    parity/period rules) are found by a bounded search over each group's first layers.
+    ``heads_kept``: the draft heads stay, so the text layers they read (the family's
+    ``target_lists``, DSpark's targets) are kept too."""
     sm = inv.submodels.get(submodel)
     if sm is None or not sm.layers:
         return []
-    groups = [g for g in inv.groups if g.submodel == submodel]
-    first = sorted(g.layers[0] for g in groups)
-    candidates = [sorted(g.layers)[:4] for g in groups]
+    # A family whose config declares fewer layers than the checkpoint holds (the plan is
+    # blocked by it: Inventory.problems) chooses among the declared layers only.
+    limit = sm.declared_depth if inv.family.stacks and submodel == "text" else None
+    members = [sorted(i for i in g.layers if limit is None or i < limit) for g in inv.groups if g.submodel == submodel]
+    members = [m for m in members if m] or [sorted(g.layers) for g in inv.groups if g.submodel == submodel]
+    first = sorted(m[0] for m in members)
+    candidates = [m[:4] for m in members]
     best = None
     if _plan_is_clean(inv, submodel, first):
         best = first
@@ -303,13 +310,19 @@ def auto_select(inv: Inventory, submodel: str = "text") -> list[int]:
             # rules (MoE step, parity, periods) hold: the shortest prefix covering all groups.
             # Bounded: an error no short prefix clears (a per-layer list of the wrong
             # length, say) is one every selection shows, and would cost n plans here.
-            indices = [l.index for l in sm.layers]
+            indices = [l.index for l in sm.layers if limit is None or l.index < limit] or [l.index for l in sm.layers]
             for k in range(max(first) + 1, min(len(indices), max(first) + PREFIX_PROBES) + 1):
                 if _plan_is_clean(inv, submodel, indices[:k]):
                     best = indices[:k]
                     break
         if best is None:
             best = first  # the plan will show why no set works
+    if submodel == "text" and heads_kept:
+        held = {l.index for l in sm.layers}
+        targets = sorted(set(draft_targets(inv)) & held)
+        wider = sorted(set(best) | set(targets))
+        if wider != best and _plan_is_clean(inv, submodel, wider):
+            best = wider
     # Qwen3-VL deepstack: features are injected into text layers 0..len-1
     if submodel == "text":
         need = _deepstack_len(inv)
@@ -317,6 +330,17 @@ def auto_select(inv: Inventory, submodel: str = "text") -> list[int]:
         while len(best) < need and extra:
             best = sorted(best + [extra.pop(0)])
     return best
+
+
+def draft_targets(inv: Inventory) -> list[int]:
+    """The text layers the draft heads read (the family's ``target_lists``: DSpark's targets)."""
+    cfg = stack_config(inv.source.config, _text_stack(inv))[0] if _text_stack(inv) else inv.source.config
+    out: list[int] = []
+    for f in inv.family.target_lists:
+        v = cfg.get(f)
+        if isinstance(v, list):
+            out += [x for x in v if type(x) is int]
+    return out
 
 
 def _plan_is_clean(inv: Inventory, submodel: str, keep: list[int]) -> bool:
@@ -343,8 +367,10 @@ def build_plan(inv: Inventory, selection: Selection | None = None, *, _auto_prob
 
     if not _auto_probe:  # config.json contradicts the checkpoint: no plan can be trusted
         issues += [Issue("error", message, fix) for message, fix in inv.problems]
-    kept = _resolve_kept(inv, selection, issues, auto, _auto_probe)
-    has_mtp, mtp_kept = _resolve_mtp(inv, selection, issues)
+    mtp_issues: list[Issue] = []
+    has_mtp, mtp_kept = _resolve_mtp(inv, selection, mtp_issues)
+    kept = _resolve_kept(inv, selection, issues, auto, _auto_probe, mtp_kept)
+    issues += mtp_issues
     text_kept = kept.get("text", [])
     _check_text_kept(inv, text_kept, issues)
 
@@ -358,8 +384,9 @@ def build_plan(inv: Inventory, selection: Selection | None = None, *, _auto_prob
     old_n = sm_text.declared_depth if sm_text and sm_text.declared_depth is not None else len(by_index)
     new_n = len(text_kept)
     if sm_text is not None:
-        ctx = TrimContext(edits, issues, config, text_stack, text_path, text_kept, kinds, inv)
+        ctx = TrimContext(edits, issues, config, text_stack, text_path, text_kept, kinds, inv, mtp_kept)
         _rewrite_text_stack(ctx, fam, text_stack, old_n, text_kept)
+        _check_target_lists(ctx, fam, has_mtp)
 
     _rewrite_other_stacks(inv, kept, edits, issues, config)
 
@@ -384,7 +411,8 @@ def build_plan(inv: Inventory, selection: Selection | None = None, *, _auto_prob
     return TrimPlan(inv, kept, mtp_kept, mappings, edits, renames, dropped, coverage, issues, new_documents, auto)
 
 
-def _resolve_kept(inv: Inventory, selection: Selection, issues: list[Issue], auto: dict[str, bool], auto_probe: bool) -> dict[str, list[int]]:
+def _resolve_kept(inv: Inventory, selection: Selection, issues: list[Issue], auto: dict[str, bool], auto_probe: bool,
+                  mtp_kept: bool = False) -> dict[str, list[int]]:
     """The kept layer indices per submodel (MTP aside), with errors for unknown layers or names."""
     kept: dict[str, list[int]] = {}
     # stacks the family declares but the checkpoint has no layers of: the text stack always (a
@@ -402,7 +430,7 @@ def _resolve_kept(inv: Inventory, selection: Selection, issues: list[Issue], aut
             continue
         if want is None or want == "auto":
             auto[name] = True
-            kept[name] = auto_select(inv, name) if not auto_probe else [l.index for l in sm.layers]
+            kept[name] = auto_select(inv, name, heads_kept=mtp_kept) if not auto_probe else [l.index for l in sm.layers]
             continue
         valid = {l.index for l in sm.layers}
         bad = [i for i in want if i not in valid]
@@ -465,6 +493,30 @@ def _check_text_kept(inv: Inventory, text_kept: list[int], issues: list[Issue]) 
         )
     if "text" in inv.submodels and not text_kept and not issues:
         issues.append(Issue("error", "no text layers kept", "keep at least one text layer"))
+    if "text" not in inv.submodels and not any(i.level == "error" for i in issues):
+        issues.append(_no_text_stack(inv))
+
+
+def _no_text_stack(inv: Inventory) -> Issue:
+    """No text stack to keep layers of: a trim would hold none. A family module reads the
+    depth from the config; without one the layers are found by their tensor names only."""
+    config = inv.source.config
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    depth = first_int(text, "num_hidden_layers", "n_layer", "n_layers", "num_layers")
+    said = f" (config.json declares {depth} layers)" if depth else ""
+    if inv.source.state == CONFIG_ONLY:
+        return Issue(
+            "error",
+            f"no text layers to keep: this config-only directory{said} names no tensor, and mxtrim has no family module "
+            f"for model_type {config.get('model_type')!r} to read its layers from the config; a trim would hold 0 layers",
+            "add model.safetensors.index.json (or the weights) so the layers can be found by their tensor names",
+        )
+    return Issue(
+        "error",
+        f"no text layers to keep: no tensor is named like a numbered layer stack (layers.N., blocks.N., h.N.){said}; "
+        "a trim would hold 0 layers",
+        "check that config.json's model_type / architectures describe this checkpoint's tensor names",
+    )
 
 
 def _rewrite_text_stack(ctx: TrimContext, fam, text_stack: Stack | None, old_n: int, text_kept: list[int]) -> None:
@@ -597,6 +649,46 @@ def _rewrite_unlisted_per_layer_fields(ctx: TrimContext, old_n: int, keep: list[
             ctx.set(f, [v[i] for i in keep], "per-layer list re-sliced to the kept layers")
 
 
+def _check_target_lists(ctx: TrimContext, fam, has_mtp: bool) -> None:
+    """The text layers the draft heads read (DSpark's ``dspark_target_layer_ids``) follow the
+    mapping; a target that is not kept is said, never substituted: the heads' input
+    projection is sized for every target, so drafting no longer loads."""
+    pos = {old: new for new, old in enumerate(ctx.kept)}
+    for f in fam.target_lists:
+        v = ctx.get(f)
+        if not (isinstance(v, list) and v and all(type(x) is int for x in v)):
+            continue
+        ctx.set(f, [pos[i] for i in v if i in pos], "draft heads' target layers remapped to the new numbering")
+        missing = [i for i in v if i not in pos]
+        if not missing or not has_mtp or not ctx.mtp_kept:
+            continue  # all kept, or no heads to read them (the heads' own message says so)
+        remain = [i for i in v if i in pos]
+        where = (f"the remaining target(s) {', '.join(map(str, remain))} become layer(s) "
+                 f"{', '.join(str(pos[i]) for i in remain)}" if remain else "no target remains")
+        width = _projection_targets(ctx.inventory)
+        reads = f"{width} target layers (mtp.0.main_proj)" if width else f"{len(v)} target layers"
+        ctx.warn(
+            f"{f} {v}: DSpark is no longer fully covered: target layer(s) {', '.join(map(str, missing))} not kept; "
+            f"{where}. The draft heads read {reads}, so DSpark drafting will not load this output",
+            f"keep layers {index_ranges(sorted(set(ctx.kept) | set(v)))} (--keep), or drop the draft heads (--no-mtp)",
+        )
+
+
+def _projection_targets(inv: Inventory) -> int | None:
+    """How many target layers DSpark's ``main_proj`` takes: its input width over hidden_size."""
+    mtp = inv.submodels.get("mtp")
+    hidden = first_int(inv.source.config, "hidden_size")
+    if mtp is None or not hidden:
+        return None
+    for layer in mtp.layers:
+        for name in layer.tensors:
+            if name.endswith(".main_proj.weight"):
+                shape = inv.source.tensor(name).shape
+                if shape and len(shape) == 2 and shape[1] % hidden == 0:
+                    return shape[1] // hidden
+    return None
+
+
 def _check_dense_prefix(ctx: TrimContext) -> None:
     seen_moe = False
     for old, kind in zip(ctx.kept, ctx.kinds):
@@ -634,10 +726,12 @@ def _plan_mtp(inv, edits, issues, config, text_path, text_cfg, mtp_kept, has_mtp
     if absent:
         return
     sm = inv.submodels["mtp"]
+    drafts = [f for f in fam.target_lists if get_path(config, text_path + (f,)) not in (MISSING, None)]
+    also = f"; nor DSpark drafting ({', '.join(drafts)} left as it was, for heads the output does not have)" if drafts else ""
     issues.append(
         Issue(
             "warning",
-            f"MTP / draft heads dropped: speculative decoding with MTP is not covered ({shown_bytes(sm.nbytes, sm.bytes_known)} omitted)",
+            f"MTP / draft heads dropped: speculative decoding with MTP is not covered{also} ({shown_bytes(sm.nbytes, sm.bytes_known)} omitted)",
             "omit --no-mtp to keep them",
         )
     )
@@ -839,6 +933,41 @@ def _renames(inv: Inventory, mappings: list[LayerMap], mtp_kept) -> tuple[list, 
     return renames, dropped
 
 
+# --- fields nothing checked -------------------------------------------------------------
+# Scalar fields whose name says they may place layers by index (a boundary, a period, a
+# count of leading layers: num_hash_layers, first_k_dense_replace, moe_layer_freq...); and
+# names of counts and sizes that are not about layer positions.
+_INDEX_FIELD = re.compile(r"layers?(_|$)|dense|moe|sparse|first|last|start|end$|offset|freq|step|interval|period|every|replace", re.I)
+_NOT_INDEX_FIELD = re.compile(r"size|dim|head|tok|nextn|predict|mtp|draft|routed|shared|group|top_?k|experts?$|vocab|rank|window|chunk|position|rope|_id$|hidden_layers", re.I)
+
+
+def unchecked_index_fields(plan: TrimPlan) -> list[str]:
+    """Text-config scalars that may decide layer kinds by their index and that nothing
+    re-derived for the kept layers: no family module (its rules are re-evaluated on the output
+    config) and no edit. A selection that is a prefix of the stack keeps every index, so
+    nothing there can move. Meant for when transformers' check did not run: it re-derives
+    these (and solves them) when it does."""
+    inv = plan.inventory
+    if inv.family.stacks or plan.errors:
+        return []
+    kept = plan.kept.get("text") or []
+    sm = inv.submodels.get("text")
+    if not kept or sm is None or kept == list(range(len(kept))):
+        return []
+    stack = _text_stack(inv)
+    path = _stack_path(inv, stack)
+    cfg = get_path(inv.source.config, path, {}) if path else inv.source.config
+    depth = sm.declared_depth or len(sm.layers)
+    edited = {e.path[-1] for e in plan.edits if e.file == CONFIG and e.path[:-1] == path}
+    depth_fields = set(stack.depth_fields if stack else ()) | set(stack.depth_aliases if stack else ())
+    out = []
+    for key, value in cfg.items():
+        if (type(value) is int and 0 < value < depth and key not in edited and key not in depth_fields
+                and _INDEX_FIELD.search(key) and not _NOT_INDEX_FIELD.search(key)):
+            out.append(f"{key}={value}")
+    return out
+
+
 # --- coverage ---------------------------------------------------------------------------
 def trigger_request(inv: Inventory, submodel: str, kind: LayerKind) -> str:
     cfg = inv.source.config
@@ -851,7 +980,10 @@ def trigger_request(inv: Inventory, submodel: str, kind: LayerKind) -> str:
         return f"a request that uses the {submodel} encoder"
     att = kind.attention
     parts = []
-    if att in (DSA_FULL, DSA_SHARED):
+    ratio = compression_ratio(att)
+    if ratio is not None:  # DeepSeek-V4: a window on every layer, compressed entries past it
+        parts.append(long_input_request(text, ratio))
+    elif att in (DSA_FULL, DSA_SHARED):
         topk = text.get("index_topk")
         parts.append(f"a prompt longer than index_topk={topk} tokens (sparse top-k selection)" if topk else "a long prompt")
     elif att == "sliding":
@@ -868,6 +1000,25 @@ def trigger_request(inv: Inventory, submodel: str, kind: LayerKind) -> str:
         k = first_int(text, "num_experts_per_tok", "moe_topk", "top_k")
         parts.append(f"routes each token to {k} of {kind.experts} experts" if k and kind.experts else "routes tokens to experts")
     return "; ".join(parts)
+
+
+def long_input_tokens(cfg: dict, ratio: int) -> tuple[int, str]:
+    """DeepSeek-V4: how long a prompt must be to take every path of a layer with compression
+    ratio ``ratio`` (past the sliding window; past one compressed block; at ratio 4 past the
+    indexer's top-k of compressed entries, vLLM selecting every entry below it), and why."""
+    window = first_int(cfg, "sliding_window", default=0) or 0
+    need, why = window, f"sliding_window={window}" if window else ""
+    if ratio > 1 and ratio > need:
+        need, why = ratio, f"one compressed block of {ratio}"
+    topk = first_int(cfg, "index_topk", default=0) or 0
+    if ratio == 4 and topk and topk * ratio > need:
+        need, why = topk * ratio, f"index_topk={topk} compressed entries of {ratio} tokens"
+    return need, why
+
+
+def long_input_request(cfg: dict, ratio: int) -> str:
+    need, why = long_input_tokens(cfg, ratio)
+    return f"a prompt longer than {need} tokens ({why})" if need else "a long prompt"
 
 
 def _coverage(inv: Inventory, kept, mtp_kept, has_mtp, mappings) -> list[CoverageRow]:

@@ -99,3 +99,62 @@ def spec_decode_counts(base: str) -> dict | None:
     if "drafted" not in found:
         return None
     return {"drafted": found["drafted"], "accepted": found.get("accepted", 0.0), "source": "/metrics"}
+
+
+# --- the long-input request ----------------------------------------------------------------
+LONG_WORD = "fox"
+LONG_MARGIN = 16  # tokens past the threshold the long prompt aims for
+
+
+def long_input_need(cfg: dict, kinds) -> tuple[int | None, str]:
+    """How long a prompt must be to take the kept paths only long inputs take, and which:
+    past the sliding window, past the sparse indexer's top-k, and for DeepSeek-V4's
+    compressed attention past the largest kept ``compress_ratios`` block (and the indexer's
+    top-k of compressed entries). ``kinds``: the coverage rows' kind labels of the kept
+    layers. (None, "") when no kept path needs one."""
+    from ..model.families.base import compression_ratio
+    from ..plan.build import long_input_tokens
+
+    found: list[tuple[int, str]] = []
+    attentions = {str(k).split(" · ", 1)[0] for k in kinds}
+    ratios = [r for r in map(compression_ratio, attentions) if r is not None]
+    for ratio in ratios:
+        need, why = long_input_tokens(cfg, ratio)
+        if need:
+            found.append((need, f"{why} (compress_ratios {ratio})" if ratio > 1 else why))
+    words = " ".join(attentions).lower()
+    for key, word, label in (("sliding_window", "sliding", "the sliding window"), ("index_topk", "dsa", "the indexer's top-k")):
+        value = cfg.get(key)
+        if type(value) is int and value > 0 and word in words and not ratios:
+            found.append((value, f"{label} ({key}={value})"))
+    if not found:
+        return None, ""
+    return max(found, key=lambda f: f[0])
+
+
+def count_tokens(base: str, model: str, prompt: str) -> int | None:
+    """The prompt's length in the served model's own tokens (vLLM's /tokenize), or None
+    when the server does not answer it."""
+    status, body, _secs = post_json(base + "/tokenize", {"model": model, "prompt": prompt, "add_special_tokens": True})
+    try:
+        count = json.loads(body).get("count") if status == 200 else None
+    except (ValueError, AttributeError):
+        return None
+    return count if type(count) is int else None
+
+
+def long_prompt(base: str, model: str, need: int, count=count_tokens) -> tuple[str, int | None]:
+    """A prompt of more than ``need`` tokens as the output's tokenizer counts them (asked of
+    the server: a word may be several tokens, or several words one), and its counted length
+    (None: the server could not count it; the prompt then has ``need`` + margin words)."""
+    words = need + LONG_MARGIN
+    prompt = " ".join([LONG_WORD] * words)
+    for _ in range(6):
+        n = count(base, model, prompt)
+        if n is None:
+            return prompt, None
+        if n > need:
+            return prompt, n
+        words = max(words + 1, -(-words * (need + LONG_MARGIN) // max(n, 1)))
+        prompt = " ".join([LONG_WORD] * words)
+    return prompt, count(base, model, prompt)

@@ -381,15 +381,10 @@ def generation_rows(v: Validation, out: Path, base: str, server: Server, emit) -
 
 def long_input_length(out: Path, plan: dict) -> tuple[int | None, str]:
     """How long a prompt must be to reach a kept path that only long inputs take (past the
-    sliding window, past the sparse indexer's top-k), and which one; (None, "") when no kept
-    path needs one."""
-    cfg = output_text_config(out)
-    kinds = " ".join(str(c.get("kind", "")) for c in plan.get("coverage", []) if c.get("kept"))
-    for key, kind_word, label in (("sliding_window", "sliding", "the sliding window"), ("index_topk", "dsa", "the indexer's top-k")):
-        value = cfg.get(key)
-        if isinstance(value, int) and value > 0 and kind_word in kinds.lower():
-            return value, f"{label} ({key}={value})"
-    return None, ""
+    sliding window, past the sparse indexer's top-k, past the largest kept compression
+    block), and which one; (None, "") when no kept path needs one."""
+    kinds = [c.get("kind", "") for c in plan.get("coverage", []) if c.get("kept")]
+    return rq.long_input_need(output_text_config(out), kinds)
 
 
 def long_input_row(v: Validation, out: Path, plan: dict, opts: ServeOptions, base: str, emit) -> None:
@@ -398,7 +393,7 @@ def long_input_row(v: Validation, out: Path, plan: dict, opts: ServeOptions, bas
     if threshold + 24 > opts.max_model_len:
         v.rows.append(Row(LONG_INPUT, UNVERIFIED, f"not run: a prompt past {label} needs --max-model-len > {threshold + 24} (now {opts.max_model_len})"))
     else:
-        prompt = " ".join(["fox"] * (threshold + 16))
+        prompt, _counted = rq.long_prompt(base, str(out), threshold)  # counted with the served tokenizer
         r = rq.completion(base, str(out), prompt=prompt, max_tokens=4, name="long input")
         emit({"event": "request", **r.to_json()})
         past = (r.prompt_tokens or 0) > threshold

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from . import deepseek, gemma, glm, gpt_oss, jamba, llama, mixtral, nemotron_h, qwen, qwen_next, qwen_vl
+from . import deepseek, deepseek_v4, gemma, glm, gpt_oss, jamba, llama, mixtral, nemotron_h, qwen, qwen_next, qwen_vl
 from .base import Family
 from .generic import GENERIC
 
 ALL_FAMILIES: tuple[Family, ...] = (
     *deepseek.FAMILIES,
+    *deepseek_v4.FAMILIES,
     *glm.FAMILIES,
     *qwen.FAMILIES,
     *qwen_next.FAMILIES,

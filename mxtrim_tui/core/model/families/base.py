@@ -29,6 +29,30 @@ KV_SHARED = "kv-shared"
 VISION_FULL = "vision full"
 VISION_WINDOW = "vision windowed"
 NO_ATTENTION = "none"
+# DeepSeek-V4 (vLLM ``models/deepseek_v4/attention.py``): every layer keeps a sliding window;
+# ``compress_ratios[i]`` > 1 adds a cache of one compressed entry per that many tokens, and
+# ratio 4 adds the lightning indexer. Ratio 0 or 1: the sliding window only.
+SLIDING_ONLY = "sliding window only"
+COMPRESSED_PREFIX = "compressed ÷"
+
+
+def compressed_kind(ratio: int) -> str:
+    """The attention kind of a DeepSeek-V4 layer with compression ratio ``ratio``."""
+    if ratio <= 1:
+        return SLIDING_ONLY
+    return f"{COMPRESSED_PREFIX}{ratio}" + (" + indexer" if ratio == 4 else "")
+
+
+def compression_ratio(kind: str) -> int | None:
+    """The ratio a kind made by :func:`compressed_kind` stands for (1: sliding window only),
+    None for every other kind."""
+    if kind == SLIDING_ONLY:
+        return 1
+    if kind.startswith(COMPRESSED_PREFIX):
+        digits = kind[len(COMPRESSED_PREFIX):].split(" ", 1)[0]
+        return int(digits) if digits.isdigit() else None
+    return None
+
 
 # --- MLP kinds -------------------------------------------------------------------------
 DENSE = "dense"
@@ -69,6 +93,10 @@ class Mtp:
     prefixes: tuple[str, ...] = ()  # relative style: layer prefixes, e.g. "mtp.layers."
     shared_prefixes: tuple[str, ...] = ()  # relative style: non-layer MTP tensors, e.g. "mtp."
     default_count: int = 0  # when the config has no count field (Qwen3-Next: vLLM assumes 1)
+    # The number of heads the runtime builds from the config, when more than the count fields
+    # say (DeepSeek-V4's DSpark drafter builds ``n_mtp_layers`` or 3 heads beside the one MTP
+    # layer num_nextn_predict_layers declares); None: the count fields decide.
+    count_rule: Callable[[dict], "int | None"] | None = None
     attention: KindRule | None = None
     mlp: KindRule | None = None
 
@@ -105,6 +133,11 @@ class Family:
     # Structure fields the runtime reads as whole numbers, with their least value (null is
     # allowed): checked when the inventory is built (config_values checks the common ones).
     whole_fields: tuple[tuple[str, int], ...] = ()
+    # Config lists of text-layer indices that the draft heads read (DeepSeek-V4's
+    # ``dspark_target_layer_ids``): remapped to the new numbering, kept by the automatic
+    # selection while the heads are kept, and a target not kept is said (the heads' input
+    # projection is sized for every target, so a shorter list no longer loads).
+    target_lists: tuple[str, ...] = ()
 
 
 # --- small helpers shared by family modules -------------------------------------------
