@@ -252,7 +252,9 @@ def render_budget(b, console: Console) -> None:
     if b.ranks and b.ranks.pp > 1:
         t.add_row("", "[dim]per stage: " + ", ".join(human_bytes(x) for x in b.ranks.stage_bytes) + "[/]", "")
     for line in b.kv_lines:
-        if line.state_bytes_per_seq:
+        if line.state_bytes_per_seq and line.bytes_per_token:  # DeepSeek-V4: compressed per token + a window per sequence
+            what = f"{line.bytes_per_token:,} B per token + {human_bytes(line.state_bytes_per_seq)} per sequence, per layer"
+        elif line.state_bytes_per_seq:
             what = f"{human_bytes(line.state_bytes_per_seq)} state per sequence per layer"
         else:
             what = f"{line.bytes_per_token:,} B per token per layer" + (f", up to {line.tokens_per_seq:,} tokens" if line.tokens_per_seq and line.tokens_per_seq < i.max_model_len else "")
@@ -286,5 +288,36 @@ def render_examples(folder, examples, python: str, now: dict | None, console: Co
     shown = ", ".join(f"{k} {now.get(k) or 'absent'}" for k in ("python", "vllm", "transformers", "torch")) if now else "unknown"
     console.print(Text(f"environment now ({python}): {shown}", style="dim"))
     for e in examples:
-        for line in e.problems + [f"launch script (shown, not run): {s}" for s in e.launch_scripts]:
-            console.print(Text(f"{e.name}: {line}", style="yellow" if line in e.problems else "dim"))
+        for line, style in example_lines(e):
+            console.print(Text(f"{e.name}: {line}", style=style))
+
+
+def example_lines(e) -> list[tuple[str, str]]:
+    """(line, style) of what `mxtrim examples` says of one example below the table: its
+    problems, a tokenizer that is not usable, the environment its launch scripts set, the
+    optional files its README lists and lacks, the results its README records (history, not
+    rechecked), its launch scripts."""
+    lines = [(p, "yellow") for p in e.problems]
+    tok = e.tokenizer or {}
+    if tok.get("usable") is False and tok.get("files"):
+        lines.append((f"tokenizer not usable: {tok.get('detail')}", "yellow"))
+    by_file: dict[str, list[str]] = {}
+    for v in e.env:
+        by_file.setdefault(v["file"], []).append(f"{v['name']}={v['value']}" + (" (unknown to vLLM)" if v["known"] is False else ""))
+    unchecked = any(v["known"] is None and v["name"].startswith("VLLM_") for v in e.env)
+    for name, settings in by_file.items():
+        lines.append((f"environment ({name}): " + ", ".join(settings)
+                      + (" — VLLM_* names not checked against a vLLM environment" if unchecked else ""), "dim"))
+    for a in e.readme_assets:
+        if not a["required"] and not a["present"]:
+            lines.append((f"README.md lists {a['file']} as optional: absent ({a['note']})", "dim"))
+    h = e.history
+    if h:
+        env = ", ".join(x["name"] + (f" {x['version']}" if x["version"] else " (no version given)") for x in h["environment"]) or "none named"
+        when = ", ".join(h["dates"]) or "no date given"
+        lines.append((f"README.md records results ({h['status']}; {', '.join(h['sections'])}; {when}; environment: {env}):", "cyan"))
+        lines += [(f"  {r}", "dim") for r in h["results"]]
+        if h.get("more"):
+            lines.append((f"  … {h['more']} more in README.md", "dim"))
+    lines += [(f"launch script (shown, not run): {s}", "dim") for s in e.launch_scripts]
+    return lines

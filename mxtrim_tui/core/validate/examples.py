@@ -9,6 +9,14 @@ it has: its config, its README and launch scripts (``*.sh``), which are listed, 
 The files an mxtrim output was written with are the ones its report (``README.md``, "Files")
 lists; one of them gone (a tokenizer deleted by hand) is a problem, as is a hand-made example
 with no tokenizer file at all.
+
+What the texts say is read too, never run (``core.write.launch_text``, ``readme_facts``): paths
+that are gone (absolute ones, and ``./x`` / ``$PWD/x`` found neither beside the file nor from
+the workspace root; HTTP routes and directories made at run time are not paths to check), the
+environment a launch script sets (``VLLM_*`` names the vLLM environment does not know flagged),
+whether the tokenizer files make a tokenizer, and for a hand-made example the files its README
+requires, the shards its index names, and the results its README records (history, shown as
+not rechecked).
 """
 
 from __future__ import annotations
@@ -19,6 +27,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..read.source_pins import pin_differences
+from ..write.launch_text import (
+    TEXT_LIMIT, env_settings, logical_lines, read_tokenizer_config, shell_blocks, stale_paths, tokenizer_state,
+    workspace_root,
+)
+from .env_names import KnownEnv, known_env_names
+from .readme_facts import recorded_results, required_assets
 
 SCHEMA = "mxtrim.examples/1"
 DEFAULT_FOLDER = Path("tools") / "batched_test" / "models"
@@ -28,14 +42,12 @@ DRIFT_KEYS = ("python", "vllm", "vllm_metax", "transformers", "torch", "torch_bu
 PACKAGE_KEYS = ("vllm", "vllm_metax", "transformers", "torch")
 # read only where the environment recorded them (a run validated before they were kept has none)
 _RECORDED_KEYS = ("maca", "driver")  # sections of the record: {"version", ...}
-TEXT_LIMIT = 1 << 20  # README / launch script / config bytes read for paths
+NOTE_LIMIT = 80  # characters of a README's own words quoted in a problem
+INDEX_LIMIT = 64 << 20  # bytes of a hand-made example's weight index read
 # a row of the report's "Files" table: | `name` | kind | bytes | from |
 _FILES_ROW = re.compile(r"^\| `([^`]+)` \| ([^|]*?) \|", re.M)
 # a model directory needs at least one of these beside its config.json to be tokenized
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
-# an absolute path in a text: at a line start or after a space, a quote, a backtick, '=', '(' or
-# '['; not inside a URL (after ':' or '/')
-_ABSOLUTE = re.compile(r"""(?:(?<=^)|(?<=[\s"'`=(\[]))(/(?:[A-Za-z0-9._~+@%-]+/)*[A-Za-z0-9._~+@%-]+)""", re.M)
 
 
 @dataclass
@@ -50,6 +62,17 @@ class Example:
     drift: dict = field(default_factory=dict)  # {package: {"then", "now"}} where they differ
     launch_scripts: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    # whether its tokenizer files make a tokenizer: {"usable": True | False | None, "files", "detail"}
+    tokenizer: dict = field(default_factory=dict)
+    # what its launch scripts (a hand-made README's shell blocks when it has none) set:
+    # [{"name", "value", "file", "line", "known": True | False | None (not vLLM's, or not checked)}]
+    env: list[dict] = field(default_factory=list)
+    # hand-made: the files its README lists as needed [{"file", "required", "note", "present"}]
+    readme_assets: list[dict] = field(default_factory=list)
+    # hand-made: its weight index {"file", "shards", "absent", "absent_files"} (None: none)
+    index: dict | None = None
+    # hand-made: the results its README records, as history (readme_facts.recorded_results)
+    history: dict | None = None
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -96,9 +119,11 @@ def versions_of(environment: dict) -> dict:
     return out
 
 
-def read_example(path: Path, now: dict | None) -> Example:
+def read_example(path: Path, now: dict | None, known_env: KnownEnv | None = None, root: Path | None = None) -> Example:
     """One model directory of the workspace; ``now``: the versions of the environment now
-    ({python, vllm, ...}), None when unknown."""
+    ({python, vllm, ...}), None when unknown; ``known_env``: the variable names its vLLM knows
+    (None: not checked); ``root``: the workspace root a launch script's ``./x`` may be run
+    from (None: the folder above the model's)."""
     plan = _json(path / "mxtrim-plan.json")
     ex = Example(path.name, str(path), "mxtrim" if isinstance(plan, dict) else "hand")
     ex.launch_scripts = sorted(p.name for p in path.glob("*.sh") if p.is_file())
@@ -113,8 +138,82 @@ def read_example(path: Path, now: dict | None) -> Example:
         if not any((path / name).is_file() for name in TOKENIZER_FILES):
             ex.problems.append(f"no tokenizer files: none of {', '.join(TOKENIZER_FILES)} beside config.json")
     _read_validation(path, ex, now)
-    ex.problems += _stale_paths(texts)
+    ex.problems += _stale_paths(path, texts, root if root is not None else path.parent)
+    ex.tokenizer = _tokenizer(path)
+    ex.env = _environment(ex, texts, known_env)
+    ex.problems += [_unknown_env_line(e, known_env) for e in ex.env if e["known"] is False]
+    if ex.made_by == "hand":
+        _read_hand_made(path, ex, texts["README.md"])
     return ex
+
+
+def _tokenizer(path: Path) -> dict:
+    try:
+        names = [p.name for p in path.iterdir() if p.is_file()]
+    except OSError:
+        names = []
+    config = read_tokenizer_config(path / "tokenizer_config.json") if "tokenizer_config.json" in names else None
+    return tokenizer_state(names, config)
+
+
+def _environment(ex: Example, texts: dict[str, str | None], known_env: KnownEnv | None) -> list[dict]:
+    """What the launch scripts set (a hand-made example without one: its README's shell
+    blocks), each once per file, judged against ``known_env``."""
+    sources = [(name, logical_lines(texts[name][:TEXT_LIMIT])) for name in ex.launch_scripts if texts.get(name)]
+    if not sources and ex.made_by == "hand" and texts.get("README.md"):
+        sources = [("README.md", shell_blocks(texts["README.md"][:TEXT_LIMIT]))]
+    out, seen = [], set()
+    for name, lines in sources:
+        for e in env_settings(lines):
+            key = (name, e["name"], e["value"])
+            if key not in seen:
+                seen.add(key)
+                out.append({**e, "file": name, "known": known_env.judge(e["name"]) if known_env is not None else None})
+    return out
+
+
+def _unknown_env_line(e: dict, known_env: KnownEnv) -> str:
+    return (f"{e['file']}: sets {e['name']}={e['value']}, a name the vLLM environment now does not know (not in "
+            f"{known_env.where()}): it has no effect")
+
+
+def _read_hand_made(path: Path, ex: Example, readme: str | None) -> None:
+    """A hand-made example's README (the files it requires, the results it records) and its
+    weight index (the shards it names that are not there)."""
+    if readme is not None:
+        readme = readme[:TEXT_LIMIT]
+        for asset in required_assets(readme):
+            asset["present"] = (path / asset["file"]).exists()
+            ex.readme_assets.append(asset)
+            if asset["required"] and not asset["present"]:
+                note = asset["note"] if len(asset["note"]) <= NOTE_LIMIT else asset["note"][:NOTE_LIMIT - 1] + "…"
+                ex.problems.append(f"missing asset: {asset['file']} (README.md lists it as needed: {note})")
+        ex.history = recorded_results(readme)
+    ex.index = _index(path)
+    if ex.index and ex.index["absent"]:
+        i = ex.index
+        shown = ", ".join(i["absent_files"][:3]) + (f", … {i['absent'] - 3} more" if i["absent"] > 3 else "")
+        which = "none of them here" if i["absent"] == i["shards"] else f"{i['absent']} of them not here"
+        ex.problems.append(f"{i['file']}: names {i['shards']} shard file(s), {which} ({shown}): only --load-format dummy "
+                           "serves this folder; a load of real weights fails")
+
+
+def _index(path: Path) -> dict | None:
+    """The first weight index (``*.safetensors.index.json``) of a folder against its shards."""
+    for index in sorted(path.glob("*.safetensors.index.json")):
+        try:
+            if index.stat().st_size > INDEX_LIMIT:
+                continue
+        except OSError:
+            continue
+        doc = _json(index)
+        weight_map = doc.get("weight_map") if isinstance(doc, dict) else None
+        if not isinstance(weight_map, dict):
+            continue
+        shards = sorted({v for v in weight_map.values() if isinstance(v, str)})
+        absent = [s for s in shards if not (path / s).is_file()]
+        return {"file": index.name, "shards": len(shards), "absent": len(absent), "absent_files": absent[:10]}
+    return None
 
 
 def _read_mxtrim(path: Path, plan: dict, ex: Example, readme: str | None) -> None:
@@ -195,21 +294,33 @@ def _read_validation(path: Path, ex: Example, now: dict | None) -> None:
                     if (k in then or k not in _RECORDED_KEYS) and then.get(k) != now.get(k)}
 
 
-def _stale_paths(texts: dict[str, str | None]) -> list[str]:
-    """Absolute paths named in the README, the launch scripts and config.json (``texts``: file
-    name -> its text) that do not exist."""
+def _stale_paths(path: Path, texts: dict[str, str | None], root: Path) -> list[str]:
+    """Paths named in the README, the launch scripts and config.json (``texts``: file name ->
+    its text) that are not there: absolute ones that do not exist; in the README and scripts,
+    ``./x`` / ``$PWD/x`` found neither beside the file nor from ``root``, where it may be run.
+    HTTP routes and directories made when run (a cache variable's value) are not checked."""
     found = []
     for name, text in texts.items():
         if text is None:
             continue
-        seen = set()
-        for match in _ABSOLUTE.finditer(text[:TEXT_LIMIT]):
-            named = match.group(1).rstrip(".,;:)")
-            if named in seen or named.count("/") < 2 or Path(named).exists():
+        for p in stale_paths(name, text[:TEXT_LIMIT], [path, root], relative=name != "config.json"):
+            if p["kind"] == "absolute":
+                found.append(f"{name}: names {p['path']}, which does not exist")
                 continue
-            seen.add(named)
-            found.append(f"{name}: names {named}, which does not exist")
+            line = f"{name}: names {p['path']} (line {p['line']}), which is there neither beside {name} nor from {root}"
+            if path.name in p["path"].split("/"):
+                line += f"; this model is now {_shown_from(path, root)}"
+            found.append(line)
     return found
+
+
+def _shown_from(path: Path, root: Path) -> str:
+    """``path`` relative to ``root`` where it is inside it (as a launch script run there would
+    name it), else as it is."""
+    try:
+        return str(path.relative_to(root))
+    except ValueError:
+        return str(path)
 
 
 def model_dirs(folder: Path) -> list[Path]:
@@ -232,8 +343,12 @@ def is_mxtrim_output(path: Path) -> bool:
     return isinstance(_json(path / "mxtrim-plan.json"), dict)
 
 
-def scan(folder: Path, now: dict | None) -> list[Example]:
-    return [read_example(p, now) for p in model_dirs(folder)]
+def scan(folder: Path, now: dict | None, python: str | None = None) -> list[Example]:
+    """Every model directory of ``folder``; ``python``: the vLLM environment whose variable
+    names a launch script's settings are checked against (None: not checked)."""
+    known = known_env_names(python) if python is not None else None
+    root = workspace_root(folder) or Path(folder)
+    return [read_example(p, now, known, root) for p in model_dirs(folder)]
 
 
 def example_details(ex: Example, script_lines: int = 3) -> dict:

@@ -16,6 +16,7 @@ from ..plan.build import TrimPlan
 from ..plan.check_result import describe_judge
 from ..read.source import FileKind
 from ..units import human_bytes, shown_bytes
+from .launch_text import output_warnings
 
 
 VALIDATION_CHECKS = (
@@ -164,7 +165,7 @@ def render_report(
     _environment_section(add)
     _serve_section(add, plan, out_dir, mode, serve)
     _validation_section(add, out_dir, weights)
-    _warnings_section(add, plan)
+    _warnings_section(add, plan, output_warnings(plan, out_dir, files))
     return "\n".join(lines)
 
 
@@ -344,13 +345,16 @@ def _validation_section(add, out_dir: Path, weights: dict | None) -> None:
     add("")
 
 
-def _warnings_section(add, plan: TrimPlan) -> None:
-    """The plan's warnings."""
-    if plan.issues:
+def _warnings_section(add, plan: TrimPlan, output: list[str]) -> None:
+    """The plan's warnings, then the output's own (no usable tokenizer, a source's launch
+    script copied with paths it will not find)."""
+    if plan.issues or output:
         add("## Warnings")
         add("")
         for i in plan.issues:
             add(f"- {i.message}" + (f" — {i.fix}" if i.fix else ""))
+        for line in output:
+            add(f"- {line}")
         add("")
 
 

@@ -45,6 +45,7 @@ from ..plan.layout import Extraction, asset_files, build_extraction, encodes_utf
 from ..read.source_pins import shard_pins
 from ..plan.build import TrimPlan
 from ..plan.needed_shards import weights_blocker
+from .launch_text import output_warnings
 from .report import SERVE_SCRIPT, render_report
 from ..read.safetensors_io import read_header
 from ..read.source import INDEX_NAME, ModelSource, open_source
@@ -592,7 +593,7 @@ def write_weights(
         _stop_checks(check, job)
         _remove_partial_output(tmp, script_tmp)
         raise
-    return WeightsWriteResult(out, files, not_copied, estimate, integrity, result, done.get("method", ""), timings)
+    return WeightsWriteResult(out, files, not_copied, estimate, integrity, result, done.get("method", ""), timings, warnings=output_warnings(plan, out, files))
 
 
 def _write_manifest(tmp: Path, manifest: dict, hash_name: str) -> dict:

@@ -11,7 +11,7 @@ import os
 import shutil
 import stat
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import interrupts
@@ -22,6 +22,7 @@ from ..plan.layout import (
 )
 from ..plan.disk_budget import free_space_margin
 from ..plan.plan_json import plan_to_json
+from .launch_text import output_warnings
 from .report import SERVE_SCRIPT, render_report, serve_script, serve_settings
 from ..read.source import FileKind
 from ..units import human_bytes
@@ -53,6 +54,8 @@ class WriteResult:
     path: Path
     files: list[dict]
     not_copied: list[dict]
+    # what the report's Warnings add of the output itself (launch_text.output_warnings)
+    warnings: list[str] = field(default_factory=list, kw_only=True)
 
 
 def default_output_dir(plan: TrimPlan, workspace: Path, mode: str) -> Path:
@@ -333,7 +336,7 @@ def write_dummy(plan: TrimPlan, out: Path, *, progress=None, serve=None) -> Writ
         with signals_held():
             shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return WriteResult(out, files, not_copied)
+    return WriteResult(out, files, not_copied, warnings=output_warnings(plan, out, files))
 
 
 def write_failed(out: Path, exc: OSError) -> OutputError:

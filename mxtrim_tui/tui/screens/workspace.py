@@ -120,7 +120,9 @@ def _scripts(example, details: dict) -> Text:
 
 
 def details_table(example, details: dict) -> Table:
-    """The dialog's body: plan, source, last validation, problems, launch scripts."""
+    """The dialog's body: plan, source, last validation, problems, a tokenizer that is not
+    usable, the environment its launch scripts set, the results its README records (history),
+    launch scripts."""
     t = Table.grid(padding=(0, 1))
     t.add_column(style="bold", no_wrap=True)
     t.add_column(overflow="fold")
@@ -138,6 +140,17 @@ def details_table(example, details: dict) -> Table:
     t.add_row("drift", Text("not checked here (mxtrim examples compares with a vLLM environment)", style="dim"))
     problems = Text("\n".join("⚠ " + p for p in example.problems), style="yellow") if example.problems else Text("none", style="dim")
     t.add_row(f"problems ({len(example.problems)})" if example.problems else "problems", problems)
+    tok = getattr(example, "tokenizer", None) or {}
+    if tok.get("usable") is False and tok.get("files"):
+        t.add_row("tokenizer", Text(f"⚠ not usable: {tok.get('detail')}", style="yellow"))
+    if example.made_by == "hand" and getattr(example, "env", None):
+        t.add_row("environment", Text("\n".join(f"{v['name']}={v['value']} ({v['file']})" for v in example.env), style="dim"))
+    history = getattr(example, "history", None)
+    if history:
+        shown = Text(f"{history['status']} ({', '.join(history['sections'])}"
+                     + (f"; {', '.join(history['dates'])}" if history["dates"] else "") + ")", style="cyan")
+        shown.append("".join(f"\n  {r}" for r in history["results"]), style="dim")
+        t.add_row("README results", shown)
     if details.get("scripts"):
         t.add_row("scripts", _scripts(example, details))
     return t
