@@ -143,6 +143,9 @@ def _add_trim(sub) -> None:
     tr.add_argument("--progress", action="store_true", help="print progress events as JSON lines on stderr")
     tr.add_argument("--out", type=Path, help="output directory (must not exist)")
     tr.add_argument("--validate", action="store_true", help="validate the output once written (offline checks; with --serve a real vllm serve)")
+    tr.add_argument("--batched-test-config", type=Path, metavar="FILE",
+                    help="append the output's batched_test harness entry to the model YAML FILE (created if absent; "
+                    "other entries never rewritten; refused before writing when FILE is malformed or has the name)")
     validation_args(tr)
     tr.add_argument(
         "--workspace",
@@ -180,6 +183,18 @@ def _add_others(sub) -> None:
                     "mxtrim validate would use, else this one)")
     ex.add_argument("--json", action="store_true", help="print the examples as JSON (schema mxtrim.examples/1)")
     ex.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+
+    be = sub.add_parser("batched-test-entry", help="append the batched_test harness entries of existing outputs to a "
+                        "model YAML (read from each output's mxtrim-plan.json)")
+    be.add_argument("output", metavar="OUT", nargs="*", type=Path, help="directories written by mxtrim trim")
+    be.add_argument("--config", type=Path, metavar="FILE", required=True,
+                    help="the batched_test model YAML to append to (created if absent); model_path is written relative "
+                    "to its folder")
+    be.add_argument("--all", metavar="FOLDER", nargs="?", const="", dest="all_in",
+                    help="every mxtrim output in FOLDER (default: ./tools/batched_test/models/); those whose name the "
+                    "file already has are left as they are")
+    be.add_argument("--json", action="store_true", help="print what was appended as JSON")
+    be.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
 
     lo = sub.add_parser("leftovers", help="servers left running by an mxtrim that was killed: list them (--stop stops them)")
     lo.add_argument("--stop", action="store_true", help="stop them: SIGTERM to each server's process group, SIGKILL after 5 s")
@@ -373,16 +388,45 @@ def cmd_trim(args) -> int:
         print(_blocking_line(blocking, "; nothing written"), file=sys.stderr)
         return 1
     out = request.out if request.out is not None else default_output_dir(plan, args.workspace.resolve(), request.mode)
+    if args.batched_test_config is not None:  # refused now rather than after the write
+        from .core.write.batched_test_entry import check_config
+
+        check_config(args.batched_test_config, [Path(os.path.abspath(out)).name])
     result = _write(args, request, plan, out, serve)
+    harness = _append_harness_entry(args.batched_test_config, result.path) if args.batched_test_config is not None else None
     validation = None
     if args.validate or args.serve or args.equivalence:
         _leftover_servers_notice(args)
         validation = run_validation(result.path, args, quiet=args.json)
     if args.json:
-        _print_trim_json(request, plan, result, serve, validation)
+        _print_trim_json(request, plan, result, serve, validation, harness)
     else:
-        _print_trim_text(request, plan, result, validation)
-    return 0 if validation is None or validation[2] else 1
+        _print_trim_text(request, plan, result, validation, harness)
+    if harness is not None and "error" in harness:
+        print(f"mxtrim: error: {harness['error']}; the output was written (append its entry later: "
+              f"mxtrim batched-test-entry {result.path} --config {args.batched_test_config})", file=sys.stderr)
+    return 0 if (validation is None or validation[2]) and not (harness and "error" in harness) else 1
+
+
+def _append_harness_entry(config: Path, output: Path) -> dict:
+    """The batched_test entry of the output just written, appended to ``config``: what was
+    appended, or why it was not (the output stays written)."""
+    from .core.write.batched_test_entry import append_entries, entry_for_output
+
+    try:
+        return append_entries(config, [entry_for_output(output, config)]).to_json()
+    except InputError as exc:
+        return {"config": str(config), "error": str(exc)}
+
+
+def _print_harness_text(appended: dict) -> None:
+    names = ", ".join(repr(n) for n in appended["appended"])
+    if names:
+        verb = "created" if appended["created"] else "appended to"
+        print(f"batched_test: {names} {verb} {appended['config']}:")
+        print(appended["text"], end="")
+    if appended["already_present"]:
+        print(f"batched_test: already in {appended['config']} (left as they are): {', '.join(appended['already_present'])}")
 
 
 def _write(args, request, plan, out: Path, serve):
@@ -417,22 +461,25 @@ def _weights_checks(result) -> dict:
     }
 
 
-def _print_trim_json(request, plan, result, serve, validation) -> None:
+def _print_trim_json(request, plan, result, serve, validation, harness=None) -> None:
     from .core.plan.plan_json import plan_to_json
     from .core.write.report import serve_command
 
     command = serve_command(plan, result.path, request.mode, serve)
     doc = plan_to_json(plan, serve=_budget_inputs(plan, request.serve)) | {
-        "mode": request.mode, "output": str(result.path), "files": result.files, "serve_command": command}
+        "mode": request.mode, "output": str(result.path), "files": result.files, "serve_command": command,
+        "warnings": list(result.warnings)}
     if request.mode == "weights":
         doc["checks"] = _weights_checks(result)
     if validation is not None:
         doc["validation"] = validation[0].to_json()
+    if harness is not None:
+        doc["batched_test"] = harness
     json.dump(doc, sys.stdout, indent=2)
     sys.stdout.write("\n")
 
 
-def _print_trim_text(request, plan, result, validation) -> None:
+def _print_trim_text(request, plan, result, validation, harness=None) -> None:
     from rich.console import Console
     from rich.text import Text
 
@@ -442,6 +489,8 @@ def _print_trim_text(request, plan, result, validation) -> None:
     render_plan(plan, console, repo=request.repo)
     # paths and check summaries are text, never markup: "[checks]" or a bracket in a path stays as written
     console.print(Text.assemble(("wrote", "bold green"), f" {result.path} ({len(result.files)} files; see README.md there)"))
+    for warning in result.warnings:  # also under Warnings in the output's README
+        console.print(Text(f"warning: {warning}", style="yellow"))
     if request.mode == "weights":
         integ = result.integrity
         console.print(
@@ -451,6 +500,8 @@ def _print_trim_text(request, plan, result, validation) -> None:
         console.print(f"structure: {result.structure.headline}", markup=False)
         if validation is None:
             console.print("vLLM load: unverified (mxtrim validate OUT --serve, or the serve command in README.md)")
+    if harness is not None and "error" not in harness:
+        _print_harness_text(harness)
     if validation is not None:
         print_validation(*validation[:2])
 
@@ -731,7 +782,7 @@ def cmd_examples(args) -> int:
         except VllmNotFound:
             python = sys.executable  # no vLLM anywhere: compare with this environment
     now = now_versions(python)
-    examples = scan(folder, now)
+    examples = scan(folder, now, python=python)
     if args.json:
         doc = {"schema": SCHEMA, "folder": str(folder), "environment_now": {"python_executable": python, "versions": now},
                "examples": [e.to_json() for e in examples]}
@@ -771,6 +822,42 @@ def cmd_leftovers(args) -> int:
     return 1 if failed else 0
 
 
+def cmd_batched_test_entry(args) -> int:
+    """`mxtrim batched-test-entry OUT... --config FILE` / `--all [FOLDER]`: the harness entries
+    of existing outputs appended to FILE, all or none (a name already there refuses them all;
+    with --all those already there are left out)."""
+    from .core.write.batched_test_entry import append_entries, entry_for_output
+
+    outputs = [Path(os.path.abspath(o)) for o in args.output]
+    hand_made: list[Path] = []
+    if args.all_in is not None:
+        from .core.validate.examples import is_mxtrim_output, model_dirs, workspace_folder
+
+        folder = workspace_folder(Path(args.all_in) if args.all_in else None, Path.cwd())
+        if not folder.is_dir():
+            raise InputError(folder, "no such folder of models (give one: mxtrim batched-test-entry --all FOLDER)")
+        found = [Path(os.path.abspath(p)) for p in model_dirs(folder)]
+        hand_made = [p for p in found if not is_mxtrim_output(p)]
+        outputs += [p for p in found if p not in hand_made and p not in outputs]
+        if not outputs:
+            raise InputError(folder, "holds no mxtrim output (directories with mxtrim-plan.json); nothing appended")
+    if not outputs:
+        raise UsageError("mxtrim batched-test-entry: error: give an output directory (OUT), several, or --all [FOLDER]")
+    entries = [entry_for_output(o, args.config) for o in outputs]
+    appended = append_entries(args.config, entries, skip_present=args.all_in is not None).to_json()
+    appended["not_mxtrim_outputs"] = [str(p) for p in hand_made]
+    if args.json:
+        json.dump(appended, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
+    _print_harness_text(appended)
+    if not appended["appended"] and not appended["already_present"]:
+        print("batched_test: nothing to append")
+    if hand_made:
+        print(f"left out (not written by mxtrim): {', '.join(p.name for p in hand_made)}")
+    return 0
+
+
 def cmd_tui(args) -> int:
     from .tui.app import run_app
 
@@ -806,7 +893,8 @@ def _run(argv: list[str]) -> int:
         if args.command is None:
             args = _parser().parse_args(["tui"] + (["--debug"] if args.debug else []))
         commands = {"inspect": cmd_inspect, "plan": cmd_plan, "trim": cmd_trim, "validate": cmd_validate,
-                    "leftovers": cmd_leftovers, "examples": cmd_examples, "tui": cmd_tui, "demo": cmd_demo}
+                    "leftovers": cmd_leftovers, "examples": cmd_examples, "batched-test-entry": cmd_batched_test_entry,
+                    "tui": cmd_tui, "demo": cmd_demo}
         return commands[args.command](args)
     except SelectionError as exc:
         print(f"mxtrim: error: {exc}", file=sys.stderr)

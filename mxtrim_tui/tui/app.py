@@ -351,6 +351,10 @@ class MxtrimApp(App):
         if problem:
             self.show_error("Cannot write there", problem)
             return
+        problem = st.batched_test_problem()
+        if problem:
+            self.show_error("The batched_test entry cannot be appended", problem + "\n\nChange the model YAML in step 5, or empty it.")
+            return
         from ..core.plan.plan_file import keep_plan_file
 
         try:
@@ -360,7 +364,7 @@ class MxtrimApp(App):
             return
         self.action_goto("run")
         # the run screen composes on first show: start once it is on screen
-        self.call_after_refresh(self.get_screen("run").start, trim_argv(plan_file, st.output_path))
+        self.call_after_refresh(self.get_screen("run").start, trim_argv(plan_file, st.output_path, st.batched_test_config))
 
     def validate_output(self, output: Path) -> None:
         """The validate dialog on ``output`` (a workspace model); what is chosen there runs on the

@@ -30,6 +30,9 @@ class WizardState:
     budget_text: dict[str, str] = field(default_factory=dict)
     budget_errors: dict[str, str] = field(default_factory=dict)
     last_output: Path | None = None
+    # the batched_test model YAML the write appends the output's harness entry to, as typed
+    # (relative to the workspace); None: no entry
+    batched_test_text: str | None = None
     _estimate: tuple | None = field(default=None, repr=False)
     _dummy_estimate: tuple | None = field(default=None, repr=False)
     _needed: tuple | None = field(default=None, repr=False)
@@ -79,6 +82,29 @@ class WizardState:
 
         try:
             check_output_location(self.output_path, self.plan.inventory.source.root, self.output_bytes())
+        except InputError as exc:
+            return str(exc)
+        return None
+
+    @property
+    def batched_test_config(self) -> Path | None:
+        """The model YAML the write appends its harness entry to (absolute), or None."""
+        if not self.batched_test_text:
+            return None
+        path = Path(os.path.expanduser(self.batched_test_text))
+        return Path(os.path.abspath(path if path.is_absolute() else self.workspace / path))
+
+    def batched_test_problem(self) -> str | None:
+        """Why the harness entry of the chosen output could not be appended to the chosen model
+        YAML (one line), or None. The check `mxtrim trim --batched-test-config` makes first."""
+        from ..core.errors import InputError
+        from ..core.write.batched_test_entry import check_config
+
+        config, out = self.batched_test_config, self.output_path
+        if config is None or out is None:
+            return None
+        try:
+            check_config(config, [out.name])
         except InputError as exc:
             return str(exc)
         return None

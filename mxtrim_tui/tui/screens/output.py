@@ -7,7 +7,7 @@ from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import VerticalScroll
+from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Input, Label, RadioButton, RadioSet, Static
 
 from ...core.plan.needed_shards import missing_shards
@@ -32,7 +32,13 @@ class OutputScreen(WizardScreen):
         "and mode you choose, and never names an existing directory. d chooses dummy, w real weights (outside the path box) "
         "(the chosen mode is shown in bold with ●). Ctrl+L goes to the path box; spaces around what you type are "
         "dropped (and said so). The location is "
-        "checked as you type (exists, inside the source, writable, free space). Ctrl+S writes."
+        "checked as you type (exists, inside the source, writable, free space). Ctrl+S writes.\n\n"
+        "batched_test model YAML (optional, relative paths from the workspace): the write appends the "
+        "output's harness entry to it (tools/batched_test/launch.py --model-config FILE): model_path "
+        "relative to the YAML's folder, the serve settings, extra_args (null for switches), infer_type, "
+        "tags, extra_env. The file is created if absent; its other entries are never rewritten; a file "
+        "that is not a YAML list of entries, or already has an entry of the output's name, is refused "
+        "here, before anything is written. Empty: no entry."
     )
     BINDINGS = [
         Binding("ctrl+s", "write", "Write", id="output.write"),
@@ -57,6 +63,10 @@ class OutputScreen(WizardScreen):
             yield Label("Output directory")
             yield Input(id="out-path")
             yield Static("", id="output-summary")
+            with Horizontal(id="batched-test-row"):  # one line: the step fits 80x24 unscrolled
+                yield Label("batched_test YAML ")
+                yield Input(placeholder="model list to append the harness entry to (empty: none)", id="batched-test", compact=True)
+            yield Static("", id="batched-test-summary")
         yield from self.compose_footer()
 
     def refresh_view(self) -> None:
@@ -67,6 +77,29 @@ class OutputScreen(WizardScreen):
             return
         self._show_path()
         self._summarise()
+
+    def _summarise_batched_test(self) -> None:
+        """What the write will append to the model YAML, or why it cannot (checked as typed)."""
+        st = self.app.state
+        shown = self.query_one("#batched-test-summary", Static)
+        config, out = st.batched_test_config, st.output_path
+        if config is None or out is None or st.plan is None:
+            shown.update("")
+            return
+        problem = st.batched_test_problem()
+        if problem:
+            shown.update(Text(f"✗ {problem}", style="bold red"))
+            return
+        from ...core.write.batched_test_entry import model_path_for
+
+        verb = "appends" if config.exists() else "creates"
+        shown.update(Text.assemble(f"{verb} the entry ", (repr(out.name), "bold green"), f" to {config} "
+                                   f"(model_path {model_path_for(out, config)})"))
+
+    @on(Input.Changed, "#batched-test")
+    def _batched_test(self, event: Input.Changed) -> None:
+        self.app.state.batched_test_text = event.value.strip() or None
+        self._summarise_batched_test()
 
     def _show_path(self) -> None:
         """The box shows what the user typed, or else the current default (kept up to date)."""
@@ -127,6 +160,7 @@ class OutputScreen(WizardScreen):
         if plan.errors:
             t.add_row(Text("blocked", style="bold red"), Text("; ".join(i.message for i in plan.errors), style="red"))
         self.query_one("#output-summary", Static).update(t)
+        self._summarise_batched_test()  # the entry's name follows the output directory
 
     def _offer_weights(self, blocker: str | None) -> None:
         """Real weights cannot be chosen while they are blocked (once chosen, the choice stays

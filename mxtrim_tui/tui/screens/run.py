@@ -363,18 +363,15 @@ class RunScreen(WizardScreen):
             stats.update(f"stopped after {elapsed:.1f} s")
             bar.update(total=1, progress=0)
             return
-        if message.returncode != 0:
+        written = _written_doc(message)  # written, with the harness entry refused after the write
+        if message.returncode != 0 and written is None:
             reason = self._last_error or "see the log above"
             status.update(Text(f"✗ failed (exit {message.returncode}): {reason}", style="bold red"))
             stats.update(f"stopped after {elapsed:.1f} s; nothing was written")
             bar.update(total=1, progress=0)
             self._log(Text(f"exit {message.returncode}", style="bold red"))
             return
-        try:
-            doc = json.loads(message.stdout)
-        except ValueError:
-            doc = None
-        doc = doc if isinstance(doc, dict) else {}
+        doc = written if written is not None else _json_doc(message.stdout)
         out = doc.get("output")
         self.app.state.last_output = out
         status.update(Text(f"✓ written: {out}" if out else "✓ finished (exit 0)", style="bold green"))
@@ -395,10 +392,28 @@ class RunScreen(WizardScreen):
             bar.update(total=1, progress=1)
         else:
             bar.update(progress=bar.total)
-        self._log(Text("done (exit 0)", style="bold green"))
+        self._log(Text(f"done (exit {message.returncode})", style="bold green" if message.returncode == 0 else "bold yellow"))
         command = doc.get("serve_command")
         if command:
             self._show_command("serve it with (also in README.md; v validates it here)", command)
+        self._show_batched_test(doc.get("batched_test"), status, out)
+
+    def _show_batched_test(self, harness, status: Static, out) -> None:
+        """The harness entry appended to the model YAML (its text in the log), or why not."""
+        if not isinstance(harness, dict):
+            return
+        if "error" in harness:
+            status.update(Text.assemble((f"✓ written: {out}", "bold green"), "\n",
+                                        (f"✗ batched_test entry not appended: {harness['error']}", "bold red")))
+            self._log(Text(f"batched_test entry not appended: {harness['error']}", style="bold red"))
+            return
+        names = ", ".join(repr(n) for n in harness.get("appended") or [])
+        verb = "created" if harness.get("created") else "appended to"
+        status.update(Text.assemble((f"✓ written: {out}", "bold green"), "\n",
+                                    (f"batched_test entry {names} {verb} {harness.get('config')}", "green")))
+        self._log(Text(f"batched_test entry {names} {verb} {harness.get('config')}:", style="bold green"))
+        for line in str(harness.get("text") or "").splitlines():
+            self._log(Text(line))
 
     def action_cancel(self) -> None:
         if not self.running:
@@ -406,6 +421,24 @@ class RunScreen(WizardScreen):
         self._cancelled = True
         self.app.terminate_child(self.process)
         self.query_one("#run-status", Static).update(Text("cancelling…", style="yellow"))
+
+
+def _json_doc(stdout: str) -> dict:
+    try:
+        doc = json.loads(stdout)
+    except ValueError:
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def _written_doc(message: "ChildExited") -> dict | None:
+    """The trim's JSON when it failed only at appending the harness entry (the output is
+    written), else None."""
+    if message.returncode == 0 or message.cancelled:
+        return None
+    doc = _json_doc(message.stdout)
+    harness = doc.get("batched_test")
+    return doc if doc.get("output") and isinstance(harness, dict) and "error" in harness else None
 
 
 class ValidationView:
