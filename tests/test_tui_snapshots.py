@@ -74,6 +74,9 @@ def make_app(demo, monkeypatch):
     monkeypatch.setattr("mxtrim_tui.core.write.report.environment", pinned_environment)
     monkeypatch.setattr("mxtrim_tui.core.checks.plan_outcome.judge_record", pinned_judge)
     monkeypatch.setattr("mxtrim_tui.core.checks.judge.judge_record", pinned_judge)
+    # verdicts remembered by the snapshot tests alone: one the suite's other tests stored for the
+    # same plan names the real judge
+    monkeypatch.setenv("XDG_CACHE_HOME", str(FIXTURES / "cache"))
 
     def make():
         config = FIXTURES / "config"
