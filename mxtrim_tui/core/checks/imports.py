@@ -6,6 +6,7 @@ says, in one sentence, what was skipped and how to enable it.
 
 from __future__ import annotations
 
+import sys
 import warnings
 from contextlib import contextmanager
 
@@ -26,7 +27,8 @@ def import_torch_transformers():
 def checks_unavailable(missing: str | None) -> str:
     """The one sentence every skipped transformers check gives when torch / transformers are
     missing (a tool install of mxtrim has neither)."""
-    return (f"{missing or 'torch / transformers'} is not installed beside mxtrim; to enable the checks against "
+    return (f"{missing or 'torch / transformers'} is not installed in the interpreter that judges ({sys.executable}); "
+            "to enable the checks against "
             "transformers: pip install 'mxtrim-tui[checks]' (or install mxtrim into the environment that has vLLM)")
 
 
