@@ -101,7 +101,14 @@ class CheckChild:
         except ValueError:
             self.close()
             return None
-        return answer if isinstance(answer, dict) and "error" not in answer else None
+        if isinstance(answer, dict) and "error" in answer:
+            return None  # the request failed; the child answers the next one
+        # every answer of mxtrim's child names its judge: anything else is not one (an
+        # interpreter that printed something of its own and exited)
+        if not isinstance(answer, dict) or "judge" not in answer:
+            self.close()
+            return None
+        return answer
 
     def ask(self, request: dict, limit: float = LIMIT, interrupt=None) -> dict | None:
         return self.receive(limit, interrupt) if self.send(request) else None

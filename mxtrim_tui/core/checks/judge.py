@@ -80,10 +80,16 @@ def current_judge() -> Judge:
         kept = None
     if kept:
         candidates.append((os.path.abspath(os.path.expanduser(kept)), "the wizard's vLLM interpreter setting"))
+    passed_over = []
     for python, origin in candidates:
-        if os.path.isfile(python) and os.access(python, os.X_OK):
+        if not (os.path.isfile(python) and os.access(python, os.X_OK)):
+            continue
+        # named on the command line it judges, or says why it cannot; an interpreter from the
+        # environment or the settings without transformers is passed over, and that is said
+        if origin == "--python" or versions(python).get("transformers"):
             return Judge(python, origin)
-    return Judge(sys.executable, "mxtrim's own")
+        passed_over.append(f"{origin} {python} has no transformers")
+    return Judge(sys.executable, "mxtrim's own" + (f" ({'; '.join(passed_over)})" if passed_over else ""))
 
 
 @lru_cache(maxsize=8)
