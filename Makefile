@@ -61,10 +61,10 @@ TORCH_FILES := torch torchgen functorch torch-$(TORCH)+cpu.dist-info
 
 transformers-range: $(RANGE_STAMPS)
 
-# The wizard validates with the vLLM of .venv-vllm when it exists (`make vllm` or `make test`
-# makes it); otherwise mxtrim looks for vLLM as the README says.
+# The wizard and the CLI validate with the vLLM of this checkout's .venv-vllm when it exists
+# (`make vllm` or `make test` makes it), after any interpreter the user named (docs/install.md).
 run: $(STAMP)
-	$(if $(wildcard $(VLLM_VENV)/bin/python),MXTRIM_VLLM_PYTHON=$(abspath $(VLLM_VENV))/bin/python) $(BIN)/mxtrim
+	$(BIN)/mxtrim
 
 vllm: $(VLLM_STAMP)
 

@@ -24,6 +24,7 @@ table.md from the device machine (two H200s, vLLM 0.26.0's CUDA build)."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -71,14 +72,7 @@ def build_deepseek(path: Path, small: bool, moe_intermediate: int | None = None)
     sizes = dict(DEEPSEEK, **(SMALL if small else {}))
     if moe_intermediate:
         sizes["MOE_INTERMEDIATE"] = moe_intermediate
-    saved = {k: getattr(demo, k) for k in sizes}
-    try:
-        for k, v in sizes.items():
-            setattr(demo, k, v)
-        demo.build_demo(path)
-    finally:
-        for k, v in saved.items():
-            setattr(demo, k, v)
+    demo.build_demo(path, dataclasses.replace(demo.VARIANTS["fp8"], **{k.lower(): v for k, v in sizes.items()}))
     return path
 
 

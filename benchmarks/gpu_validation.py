@@ -12,6 +12,7 @@ script's table.md from the device machine (vLLM 0.26.0, CUDA build, one H200).""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import subprocess
 import sys
@@ -68,15 +69,11 @@ def source(name: str, work: Path) -> Path:
 
         path = work / "src" / name
         if not path.exists():
-            saved = {k: getattr(demo, k) for k in MLA576}
+            # the block-FP8 demo, as measured; demo-mla576 at DeepSeek-V3's MLA sizes
+            variant = demo.VARIANTS["fp8"]
             if builder == "demo-mla576":
-                for k, v in MLA576.items():
-                    setattr(demo, k, v)
-            try:
-                demo.build_demo(path)
-            finally:
-                for k, v in saved.items():
-                    setattr(demo, k, v)
+                variant = dataclasses.replace(variant, **{k.lower(): v for k, v in MLA576.items()})
+            demo.build_demo(path, variant)
         return path
     path = work / "src" / name
     return path if (path / "config.json").exists() else builder(path)

@@ -39,7 +39,8 @@ def validation_args(sp) -> None:
     """What `validate` takes, and `trim --validate` with it."""
     sp.add_argument("--serve", action="store_true", help="start vllm serve on the output, send requests, stop it")
     sp.add_argument("--python", metavar="PY", help="interpreter of the environment holding vLLM (default: $MXTRIM_VLLM_PYTHON, "
-                    "the wizard's kept setting, the interpreter of a vllm command on PATH, this interpreter: the first that has vLLM)")
+                    "the wizard's kept setting, .venv-vllm/bin/python of this checkout, then of the current directory, "
+                    "the interpreter of a vllm command on PATH, this interpreter: the first that has vLLM)")
     sp.add_argument("--launcher", metavar="CMD", help="server command instead of 'PY -m vllm.entrypoints.cli.main serve' (split like a shell; gets --model OUT)")
     sp.add_argument("--device", choices=["auto", "cpu", "cuda", "maca"], default="auto", help="where the server runs (auto: idle GPUs, else the CPU)")
     sp.add_argument("--gpus", metavar="IDS", help="devices for the server, e.g. 0,1 (refused when another process uses one)")
@@ -205,6 +206,8 @@ def _add_others(sub) -> None:
     tui.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
 
     demo = sub.add_parser("demo", help="build the bundled demo model (if needed) and print its path")
+    demo.add_argument("--fp8", action="store_true",
+                      help="the block-FP8 demo instead (vLLM's CPU build serves it only with AMX; no GPU MLA kernel takes its sizes)")
     demo.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
 
 
@@ -344,8 +347,11 @@ def cmd_plan(args) -> int:
         from .render import render_budget, render_plan
 
         console = Console()
-        render_plan(plan, console, repo=args.repo)
-        render_budget(compute_budget(plan, _budget_inputs(plan, raw)), console)
+        # a selection that keeps nothing is no plan to show: its error line below says why; the
+        # errors of a plan shown are said once, by that line
+        if not (blocking and plan.errors and plan.new_depth == 0):
+            render_plan(plan, console, repo=args.repo, errors=not blocking)
+            render_budget(compute_budget(plan, _budget_inputs(plan, raw)), console)
     if blocking:
         print(_blocking_line(blocking, "; no plan file saved" if args.save else ""), file=sys.stderr)
         return 1
@@ -521,9 +527,11 @@ def _progress_printer():
 
     from .core.progress import event_line
 
+    stream = sys.stderr  # this one, even while a library's output is redirected (equivalence)
+
     def emit(event: dict) -> None:
-        sys.stderr.write(event_line(event) + "\n")
-        sys.stderr.flush()
+        stream.write(event_line(event) + "\n")
+        stream.flush()
 
     return emit
 
@@ -618,14 +626,7 @@ def run_validation(out: Path, args, quiet: bool, vllm=None):
     opts = _serve_options(args, out, read_output(out), vllm)
     progress = _progress_printer() if getattr(args, "progress", False) else None
     if progress is None and not quiet:
-        def progress(event: dict) -> None:
-            from .core.progress import Serve, ServerLog, parse_event
-
-            typed = parse_event(event)
-            if isinstance(typed, Serve) and typed.status == "starting":
-                print("$ " + " ".join(typed.command), file=sys.stderr, flush=True)
-            elif isinstance(typed, ServerLog):
-                print("  | " + typed.line, file=sys.stderr, flush=True)
+        progress = ValidationProgress()
 
     serve = args.serve or args.equivalence
     v = validate(out, opts, serve=serve, equivalence=args.equivalence, on_event=progress)
@@ -633,6 +634,63 @@ def run_validation(out: Path, args, quiet: bool, vllm=None):
     # asked to serve and could not (busy or absent devices): not a success
     ok = v.ok and not (serve and opts.refused)
     return v, runs, ok
+
+
+class ValidationProgress:
+    """What a validation shows on stderr as it goes: the server command and where its log
+    goes, a line per stage, on a terminal the server's latest log line (rewritten in place);
+    the log itself stays in the file. When a server check fails, the last lines of the log."""
+
+    TAIL = 15
+
+    def __init__(self, stream=None) -> None:
+        from collections import deque
+
+        self.stream = stream or sys.stderr
+        self.tty = self.stream.isatty()
+        self.tail: deque[str] = deque(maxlen=self.TAIL)
+        self.log = ""
+        self.live = False  # a log line shown in place, to be cleared before the next line
+
+    def _say(self, line: str) -> None:
+        self._clear()
+        print(line, file=self.stream, flush=True)
+
+    def _clear(self) -> None:
+        if self.live:
+            self.stream.write("\r\x1b[K")
+            self.live = False
+
+    def __call__(self, event: dict) -> None:
+        import shutil
+
+        from .core.progress import Check, Serve, ServerLog, Stage, parse_event
+
+        typed = parse_event(event)
+        if isinstance(typed, Serve) and typed.status == "starting":
+            self.tail.clear()
+            self.log = typed.log
+            self._say("$ " + " ".join(typed.command))
+            if typed.log:
+                self._say(f"  (its log: {typed.log})")
+        elif isinstance(typed, Serve):
+            self._clear()
+        elif isinstance(typed, ServerLog):
+            self.tail.append(typed.line)
+            if self.tty:
+                width = shutil.get_terminal_size().columns
+                self._clear()
+                self.stream.write(("  | " + typed.line)[:max(10, width - 1)])
+                self.stream.flush()
+                self.live = True
+        elif isinstance(typed, Stage) and typed.status == "running":
+            self._say(f"… {typed.name}")
+        elif isinstance(typed, Check) and typed.status == "failed" and self.tail and not typed.check.startswith("memory"):
+            where = f" (all of it in {self.log})" if self.log else ""
+            self._say(f"{typed.check} failed; the server's last {len(self.tail)} log lines{where}:")
+            for line in self.tail:
+                self._say("  | " + line)
+            self.tail.clear()
 
 
 def print_validation(v, runs: int) -> None:
@@ -648,10 +706,6 @@ def print_validation(v, runs: int) -> None:
             for line in r.verdict["evidence"]:
                 print(f"      {line}")
             print(f"    suggested: {r.verdict['advice']}")
-    if v.memory and "figures" in v.memory:
-        from .core.validate.memory_check import summary
-
-        print(f"memory, predicted / logged: {summary(v.memory)}")
     if v.environment.get("warning"):
         print(f"⚠ {v.environment['warning']}")
     if v.mode == "weights":
@@ -693,7 +747,7 @@ def _many_outputs(args) -> tuple[list[Path], list[Path], Path]:
     outputs, hand_made = [Path(os.path.abspath(o)) for o in args.output], []
     folder = None
     if args.all_in is not None:
-        folder = workspace_folder(Path(args.all_in) if args.all_in else None, Path.cwd())
+        folder = Path(os.path.abspath(workspace_folder(Path(args.all_in) if args.all_in else None, Path.cwd())))
         if not folder.is_dir():
             raise InputError(folder, "no such folder of models (give one: mxtrim validate --all FOLDER)")
         mine, hand_made = outputs_in(folder)
@@ -749,7 +803,11 @@ def _validate_one_of_many(args, out: Path, vllm, now: dict | None, counter: str)
 
     serve = args.serve or args.equivalence
     earlier = None if args.again else last_run(out)
-    reason = batch.covers(earlier, vllm.python, now, serve, args.equivalence, args.speculative)
+    elsewhere = batch.recorded_elsewhere(earlier, out)
+    if elsewhere:
+        print(f"{counter} {out}: its last recorded run was made for {elsewhere} (copied or moved since): validated anew",
+              file=sys.stderr, flush=True)
+    reason = batch.covers(earlier, vllm.python, now, serve, args.equivalence, args.speculative, out)
     if reason:
         print(f"{counter} {out}: {reason}", file=sys.stderr, flush=True)
         return batch.row_for_run(out, earlier, batch.REUSED, reason)
@@ -770,21 +828,25 @@ def _validate_one_of_many(args, out: Path, vllm, now: dict | None, counter: str)
 def cmd_examples(args) -> int:
     from .core.user_settings import get_setting
     from .core.validate.examples import SCHEMA, now_versions, scan, workspace_folder
-    from .core.validate.locate import SETTING, VllmNotFound, find_vllm_python
+    from .core.validate.locate import SETTING, VllmNotFound, absolute_interpreter, find_vllm_python
 
-    folder = workspace_folder(args.folder, Path.cwd())
+    folder = Path(os.path.abspath(workspace_folder(args.folder, Path.cwd())))
     if not folder.is_dir():
         raise InputError(folder, "no such folder of models (give one: mxtrim examples FOLDER)")
-    python = args.python
+    python, now, note = absolute_interpreter(args.python) if args.python is not None else None, None, None
     if python is None:
         try:
             python = find_vllm_python(None, get_setting(SETTING)).python
         except VllmNotFound:
-            python = sys.executable  # no vLLM anywhere: compare with this environment
-    now = now_versions(python)
+            # no vLLM anywhere: nothing to compare the validations with (mxtrim's own
+            # interpreter is not where they ran)
+            note = "no vLLM environment found: drift not compared (name one: mxtrim examples --python PY)"
+    if python is not None:
+        now = now_versions(python)
     examples = scan(folder, now, python=python)
     if args.json:
-        doc = {"schema": SCHEMA, "folder": str(folder), "environment_now": {"python_executable": python, "versions": now},
+        doc = {"schema": SCHEMA, "folder": str(folder),
+               "environment_now": {"python_executable": python, "versions": now} | ({"note": note} if note else {}),
                "examples": [e.to_json() for e in examples]}
         json.dump(doc, sys.stdout, indent=2)
         sys.stdout.write("\n")
@@ -793,7 +855,7 @@ def cmd_examples(args) -> int:
 
     from .render import render_examples
 
-    render_examples(folder, examples, python, now, Console())
+    render_examples(folder, examples, python, now, Console(), note=note)
     return 0
 
 
@@ -867,7 +929,7 @@ def cmd_tui(args) -> int:
 def cmd_demo(args) -> int:
     from .demo.build import ensure_demo_model
 
-    print(ensure_demo_model())
+    print(ensure_demo_model("fp8" if args.fp8 else None))
     return 0
 
 

@@ -170,8 +170,9 @@ def _print_needed_shards(plan, console: Console, repo: str | None = None) -> Non
             console.print(Text(f"   {len(missing)} not on disk; --repo OWNER/NAME shows the command that fetches them", style="dim"))
 
 
-def render_plan(plan, console: Console, repo: str | None = None) -> None:
-    """The plan as `mxtrim plan` prints it."""
+def render_plan(plan, console: Console, repo: str | None = None, errors: bool = True) -> None:
+    """The plan as `mxtrim plan` prints it (``errors`` False: without its blocking errors,
+    which the caller says in its one error line)."""
     from .core.plan.config_edit import short_value
 
     inv = plan.inventory
@@ -221,6 +222,8 @@ def render_plan(plan, console: Console, repo: str | None = None) -> None:
     for warning in plan.inventory.source.warnings:  # what reading the source found
         console.print(Text("⚠ " + warning, style="yellow"))
     for i in plan.issues:
+        if i.level == "error" and not errors:
+            continue
         style = "bold red" if i.level == "error" else "yellow"
         console.print(Text(("✗ " if i.level == "error" else "⚠ ") + i.message, style=style))
         if i.fix:
@@ -271,22 +274,45 @@ def render_budget(b, console: Console) -> None:
     console.print(t)
 
 
-def render_examples(folder, examples, python: str, now: dict | None, console: Console) -> None:
-    """`mxtrim examples`: one row per reduced model, then each one's problems."""
-    t = Table(title=f"Reduced models in {folder}", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
-    for col in ("model", "mode", "layers", "source", "last validation", "drift"):
-        t.add_column(col, overflow="fold")
+def render_examples(folder, examples, python: str | None, now: dict | None, console: Console, note: str | None = None) -> None:
+    """`mxtrim examples`: one row per reduced model (on a terminal too narrow for the table
+    beside the whole names, a block per model), then each one's problems."""
+    rows = []
     for e in examples:
         v = e.validation
-        validated = "never" if v is None else f"{'ok' if v.get('ok') else 'failed'} {v.get('started') or ''}"
-        drift = ", ".join(f"{k} {d['then']} → {d['now']}" for k, d in e.drift.items()) or ("—" if v else "")
+        validated = "never" if v is None else f"{'ok' if v.get('ok') else 'failed'} {v.get('started') or ''}".rstrip()
+        if v is not None and now is None:
+            drift = "not compared"
+        else:
+            drift = ", ".join(f"{k} {d['then'] or 'absent'} → {d['now'] or 'absent'}" for k, d in e.drift.items()) or ("—" if v else "")
         source = e.source.get("state", "")
-        t.add_row(Text(e.name, style="bold"), e.mode + ("" if e.made_by == "mxtrim" else " (hand-made)"),
-                  "—" if e.layers is None else str(e.layers), Text(source, style="red" if source in ("missing", "changed") else ""),
-                  validated, Text(drift, style="yellow" if e.drift else ""))
-    console.print(t)
-    shown = ", ".join(f"{k} {now.get(k) or 'absent'}" for k in ("python", "vllm", "transformers", "torch")) if now else "unknown"
-    console.print(Text(f"environment now ({python}): {shown}", style="dim"))
+        mode = e.mode + ("" if e.made_by == "mxtrim" else " (hand-made)")
+        layers = "—" if e.layers is None else str(e.layers)
+        rows.append((e, mode, layers, source, validated, drift))
+    names = max((len(e.name) for e in examples), default=0)
+    if console.width >= names + 64:
+        t = Table(title=f"Reduced models in {folder}", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+        t.add_column("model", no_wrap=True)  # whole, to be copied
+        for col in ("mode", "layers", "source", "last validation", "drift"):
+            t.add_column(col, overflow="fold")
+        for e, mode, layers, source, validated, drift in rows:
+            t.add_row(Text(e.name, style="bold"), mode, layers, Text(source, style="red" if source in ("missing", "changed") else ""),
+                      validated, Text(drift, style="yellow" if e.drift else ""))
+        console.print(t)
+    else:
+        console.print(Text(f"Reduced models in {folder}", style="italic"))
+        for e, mode, layers, source, validated, drift in rows:
+            console.print(Text(e.name, style="bold"), soft_wrap=True)
+            line = Text.assemble("  ", mode, f" · {layers} layers · source ",
+                                 (source, "red" if source in ("missing", "changed") else ""), f" · last validation: {validated}")
+            if drift:
+                line.append(f" · drift: {drift}", style="yellow" if e.drift else "")
+            console.print(line)
+    if python is None:
+        console.print(Text(note or "environment now: unknown", style="dim"))
+    else:
+        shown = ", ".join(f"{k} {now.get(k) or 'absent'}" for k in ("python", "vllm", "transformers", "torch")) if now else "unknown"
+        console.print(Text(f"environment now ({python}): {shown}", style="dim"))
     for e in examples:
         for line, style in example_lines(e):
             console.print(Text(f"{e.name}: {line}", style=style))

@@ -4,7 +4,9 @@ shapes and dtypes; no data)."""
 
 from __future__ import annotations
 
+import json
 import math
+import sys
 
 import pytest
 
@@ -159,10 +161,58 @@ def test_expert_parallel_puts_whole_experts_on_each_rank_and_pp_splits_layers(sp
     assert "model.layers.N.mlp.experts.E.gate_proj: 2048 output rows / TP=32 = 64, not whole 128×128 blocks" in tp32
     assert "model.layers.N.mlp.experts.E.down_proj: 2048 input columns / TP=32 = 64" in tp32
     assert "model.layers.N.mlp.down_proj: 18432 input columns / TP=32 = 576" in tp32
-    assert "self_attn" not in tp32 and tp32.endswith("fix: a smaller TP, or expert parallelism")
+    # the dense MLP fails too, which expert parallelism does not change: not offered
+    assert "self_attn" not in tp32 and tp32.endswith("fix: a smaller TP")
     # expert parallelism keeps routed experts whole; the shared experts and dense MLPs still split
     ep32 = check_parallelism(plan, BudgetInputs(tp=32, expert_parallel=True))["tp"]
     assert ".experts.E." not in ep32 and "model.layers.N.mlp.shared_experts.up_proj: 2048 output rows / TP=32 = 64" in ep32
+
+
+def test_expert_parallelism_is_offered_only_where_routed_experts_alone_fail_to_split(sparse):
+    """EP keeps whole routed experts on each rank, nothing else: a fix only when they are all
+    that does not split into whole FP8 blocks."""
+    from synth.layouts.deepseek import FP8_BLOCK, _build, _v3_config
+
+    # two shared experts (4096 rows: 128 per rank at TP=32) beside routed ones of 2048 (64 per rank)
+    layout = _build("deepseek_v3", {**_v3_config(), "n_shared_experts": 2}, lin=FP8_BLOCK, norm_dtype="BF16", bias_dtype="F32",
+                    max_shard_bytes=4_250_000_000, num_layers=None, num_experts=None, hidden_size=None, intermediate_size=None,
+                    moe_intermediate_size=None, vocab_size=None, num_attention_heads=None, q_lora_rank=None, kv_lora_rank=None,
+                    first_k_dense_replace=None, num_nextn_predict_layers=None)
+    src = sparse("deepseek_v3_two_shared", layout)
+    moe_only = check_parallelism(plan_for(src, ["3,4"], mtp=False), BudgetInputs(tp=32))["tp"]
+    assert ".experts.E." in moe_only and "shared_experts" not in moe_only and "mlp.down_proj" not in moe_only
+    assert moe_only.endswith("fix: a smaller TP, or expert parallelism")
+    assert check_parallelism(plan_for(src, ["3,4"], mtp=False), BudgetInputs(tp=32, expert_parallel=True)) == {}
+    # a dense layer kept: its MLP fails as well, which EP leaves split
+    with_dense = check_parallelism(plan_for(src, ["0,3"], mtp=False), BudgetInputs(tp=32))["tp"]
+    assert "model.layers.N.mlp.down_proj" in with_dense and with_dense.endswith("fix: a smaller TP")
+    # shared experts failing too (4096 / 64 = 64 rows): not offered either
+    tp64 = check_parallelism(plan_for(src, ["3,4"], mtp=False), BudgetInputs(tp=64))["tp"]
+    assert "shared_experts" in tp64 and tp64.endswith("fix: a smaller TP")
+
+
+def test_a_dummy_output_is_predicted_as_vllm_serves_it(sparse, tmp_path):
+    """A dummy output holds no weights: its prediction is its source's kept tensors as served —
+    the MTP layer only with speculative decoding (vLLM loads no MTP weights without it), plus
+    the 16-bit MLA copies vLLM makes of each quantized kv_b_proj, as for a real-weight output."""
+    from engine_support import run_cli
+    from mxtrim_tui.core.validate.memory_check import mla_runtime_copies, predict
+    from mxtrim_tui.core.validate.serve import ServeOptions
+
+    src = sparse("deepseek_v3")
+    out = tmp_path / "dummy"
+    r = run_cli("trim", str(src), "--keep", "0,3", "--mode", "dummy", "--out", str(out))
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert json.loads((out / "mxtrim-plan.json").read_text())["mtp_kept"]
+    served, with_mtp = plan_for(src, ["0,3"], mtp=False), plan_for(src, ["0,3"], mtp=True)
+    assert mla_runtime_copies(served, 1) > 0 and with_mtp.retained_bytes > served.retained_bytes
+
+    def weights(speculative: int) -> int:
+        opts = ServeOptions(python=sys.executable, device="cuda", gpu_memory_utilization=0.9, speculative_mtp=speculative)
+        return predict(out, opts, 141 * GiB)["weights_bytes"]
+
+    assert weights(0) == served.retained_bytes + mla_runtime_copies(served, 1)
+    assert weights(1) == with_mtp.retained_bytes + mla_runtime_copies(with_mtp, 1)
 
 
 def test_glm5_trim_reproduces_the_public_hand_estimate(sparse):

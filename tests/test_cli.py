@@ -17,7 +17,7 @@ from synth.layouts.deepseek import deepseek_v3
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory) -> Path:
-    return build_demo(tmp_path_factory.mktemp("src") / "demo")
+    return build_demo(tmp_path_factory.mktemp("src") / "demo", "fp8")  # the block-FP8 demo: its TP rules
 
 
 def test_inspect_json_on_sparse_deepseek_v3(tmp_path):
@@ -63,7 +63,7 @@ def test_bad_input_is_one_line_on_stderr_with_exit_1(tmp_path):
 
 def test_debug_shows_the_traceback(tmp_path):
     out = run_cli("--debug", "inspect", str(tmp_path / "missing"))
-    assert out.returncode == 1 and "Traceback" in out.stderr and "model directory not found" in out.stderr
+    assert out.returncode == 1 and "Traceback" in out.stderr and "missing: no such directory" in out.stderr
 
 
 def test_usage_errors_exit_2():

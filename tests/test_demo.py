@@ -1,4 +1,5 @@
-"""The bundled demo model: structure, FP8 encoding, caching, determinism, offline loading."""
+"""The bundled demo models (the default BF16 one and the block-FP8 one): structure, FP8
+encoding, caching, determinism, offline loading, and the default one served by vLLM's CPU build."""
 
 import json
 import math
@@ -8,16 +9,20 @@ import pytest
 
 from mxtrim_tui.core.read.safetensors_io import read_header
 from mxtrim_tui.demo import build as demo_build
-from mxtrim_tui.demo import demo_model_path, ensure_demo_model
+from mxtrim_tui.demo import VARIANTS, build_demo, demo_model_path, ensure_demo_model
 
 LAYER_RE = re.compile(r"^model\.layers\.(\d+)\.(.+)$")
 QUANT = {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8", "weight_block_size": [128, 128]}
 
 
-@pytest.fixture
-def demo(tmp_path, monkeypatch):
+@pytest.fixture(params=["bf16", "fp8"])
+def demo(request, tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    return ensure_demo_model()
+    return ensure_demo_model(request.param)
+
+
+def _is_fp8(root) -> bool:
+    return "quantization_config" in json.loads((root / "config.json").read_text())
 
 
 def _headers(root):
@@ -35,15 +40,20 @@ def _files(root):
 def test_location(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     p = demo_model_path()
-    assert p == tmp_path / "xdg" / "mxtrim" / f"mxtrim-demo-moe-{demo_build.DEMO_VERSION}"
+    version = demo_build.DEMO_VERSION
+    assert p == tmp_path / "xdg" / "mxtrim" / f"mxtrim-demo-moe-{version}" == demo_model_path("bf16")
+    assert demo_model_path("fp8") == tmp_path / "xdg" / "mxtrim" / f"mxtrim-demo-moe-fp8-{version}"
     assert not p.exists()  # the path alone builds nothing
     monkeypatch.delenv("XDG_CACHE_HOME")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     assert demo_model_path() == tmp_path / "home" / ".cache" / "mxtrim" / p.name
+    with pytest.raises(ValueError, match="unknown demo 'int8'"):
+        demo_model_path("int8")
 
 
 def test_files_and_config(demo):
-    assert demo == demo_model_path() and demo.is_dir()
+    fp8 = _is_fp8(demo)
+    assert demo == demo_model_path("fp8" if fp8 else None) and demo.is_dir()
     names = {p.name for p in demo.iterdir()}
     assert names == {
         "README.md",
@@ -58,7 +68,7 @@ def test_files_and_config(demo):
         "chat_template.jinja",
     }
     size = sum(p.stat().st_size for p in demo.iterdir())
-    assert 1_000_000 < size <= 8_000_000, size
+    assert (1_000_000 < size <= 8_000_000) if fp8 else (8_000_000 < size <= 16_000_000), size
     cfg = json.loads((demo / "config.json").read_text())
     assert cfg["architectures"] == ["DeepseekV3ForCausalLM"]
     assert cfg["model_type"] == "deepseek_v3"
@@ -66,8 +76,18 @@ def test_files_and_config(demo):
     assert cfg["first_k_dense_replace"] == 2
     assert (cfg["n_routed_experts"], cfg["n_shared_experts"], cfg["num_experts_per_tok"]) == (8, 1, 2)
     assert cfg["num_nextn_predict_layers"] == 1
-    assert cfg["hidden_size"] == 256
-    assert cfg["quantization_config"] == QUANT
+    assert cfg["hidden_size"] == 256 and cfg["torch_dtype"] == "bfloat16"
+    mla = [cfg[k] for k in ("num_attention_heads", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")]
+    if fp8:
+        assert cfg["quantization_config"] == QUANT
+        assert mla == [4, 128, 96, 32, 32, 32]
+    else:
+        assert "quantization_config" not in cfg
+        # DeepSeek-V3's own MLA sizes: the latent cache is 512 + 64 = 576 wide (vLLM's CPU MLA
+        # decode kernel takes no other), nope / rope / v 128 / 64 / 128 (what its GPU MLA
+        # prefill kernels take)
+        assert mla == [2, 128, 512, 128, 64, 128]
+        assert cfg["moe_intermediate_size"] == 64
     tok = json.loads((demo / "tokenizer.json").read_text())
     assert cfg["vocab_size"] == len(tok["model"]["vocab"]) == 512
 
@@ -108,6 +128,16 @@ def test_structure(demo):
     def dtype(n):
         return headers[n][1].dtype
 
+    if not _is_fp8(demo):
+        assert not [n for n in headers if n.endswith("_scale_inv")]
+        assert {n for n, (_, i) in headers.items() if i.dtype != "BF16"} == {
+            f"model.layers.{i}.mlp.gate.e_score_correction_bias" for i in range(2, 7)}
+        assert headers["model.layers.6.eh_proj.weight"][1].shape == (256, 512)
+        assert headers["model.layers.0.self_attn.kv_a_proj_with_mqa.weight"][1].shape == (512 + 64, 256)
+        assert headers["model.layers.0.self_attn.kv_b_proj.weight"][1].shape == (2 * (128 + 128), 512)
+        assert headers["model.layers.0.self_attn.q_b_proj.weight"][1].shape == (2 * (128 + 64), 128)
+        assert headers["lm_head.weight"][1].shape == (cfg["vocab_size"], 256)
+        return
     fp8 = 0
     for name, (_, info) in headers.items():
         if re.search(r"_proj(_with_mqa)?\.weight$", name) and ".eh_proj." not in name:
@@ -169,27 +199,41 @@ def test_fp8_encoder_matches_torch():
 def test_idempotent(demo):
     before = {p.name: p.stat().st_mtime_ns for p in demo.iterdir()}
     dir_mtime = demo.stat().st_mtime_ns
-    assert ensure_demo_model() == demo
+    assert ensure_demo_model("fp8" if _is_fp8(demo) else None) == demo
     assert {p.name: p.stat().st_mtime_ns for p in demo.iterdir()} == before
     assert demo.stat().st_mtime_ns == dir_mtime
     assert [p.name for p in demo.parent.iterdir()] == [demo.name]  # no temp dirs left
 
 
-def test_deterministic(tmp_path, monkeypatch):
+@pytest.mark.parametrize("which", ["bf16", "fp8"])
+def test_deterministic(tmp_path, monkeypatch, which):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "a"))
-    a = ensure_demo_model()
+    a = ensure_demo_model(which)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "b"))
-    b = ensure_demo_model()
+    b = ensure_demo_model(which)
     assert a != b
     assert _files(a) == _files(b)
+    # build_demo writes the same files as the cache (the tool install's `mxtrim demo` is checked
+    # against it byte for byte); the default is the BF16 demo
+    c = build_demo(tmp_path / "c", which) if which != "bf16" else build_demo(tmp_path / "c")
+    assert _files(c) == _files(a)
+
+
+def test_the_two_demos_are_cached_side_by_side(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    bf16, fp8 = ensure_demo_model(), ensure_demo_model("fp8")
+    assert bf16 != fp8 and bf16.parent == fp8.parent
+    assert sorted(p.name for p in bf16.parent.iterdir()) == sorted(v.name for v in VARIANTS.values())
+    assert not _is_fp8(bf16) and _is_fp8(fp8)
+    assert "mxtrim demo --fp8" in (bf16 / "README.md").read_text()
 
 
 def test_crash_leaves_no_half_demo(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     real = demo_build.build_demo
 
-    def broken(root):
-        real(root)
+    def broken(root, which=None):
+        real(root, which)
         raise RuntimeError("disk full")
 
     monkeypatch.setattr(demo_build, "build_demo", broken)
@@ -207,7 +251,7 @@ def test_loads_offline(demo):
     config = transformers.AutoConfig.from_pretrained(demo, local_files_only=True)
     assert type(config).__name__ == "DeepseekV3Config"
     assert config.num_hidden_layers == 6 and config.num_nextn_predict_layers == 1
-    assert config.quantization_config == QUANT
+    assert getattr(config, "quantization_config", None) == (QUANT if _is_fp8(demo) else None)
     tok = transformers.AutoTokenizer.from_pretrained(demo, local_files_only=True)
     assert len(tok) == config.vocab_size
     ids = tok("The capital of France is Paris.")["input_ids"]

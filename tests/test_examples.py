@@ -129,7 +129,7 @@ def test_the_default_folder_and_the_text_view(workspace):
     assert r.returncode == 1 and "tools/batched_test/models" in r.stderr and len(r.stderr.splitlines()) == 1
     r = run_cli("examples", str(models), "--python", sys.executable, env={"COLUMNS": "200"})
     assert r.returncode == 0, r.stderr
-    assert "orphan" in r.stdout and "missing" in r.stdout and "0.31.0 → None" in r.stdout
+    assert "orphan" in r.stdout and "missing" in r.stdout and "vllm 0.31.0 → absent" in r.stdout and "None" not in r.stdout
     assert "launch script (shown, not run): serve.sh" in r.stdout
 
 

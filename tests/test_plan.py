@@ -477,7 +477,7 @@ def test_a_module_list_given_as_a_string_is_refused_naming_where(tmp_path):
     proc = run_cli("plan", str(src))
     assert proc.returncode != 0, proc.stdout[-2000:]
     shown = proc.stdout + proc.stderr
-    assert "quantization_config.modules_to_not_convert is a string" in shown and '["model.layers.1.mlp"]' in shown, shown[-2000:]
+    assert "config.json: quantization_config.modules_to_not_convert is a string" in shown and '["model.layers.1.mlp"]' in shown, shown[-2000:]
 
 
 def _exaone(root: Path, config: dict) -> Path:

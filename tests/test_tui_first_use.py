@@ -377,7 +377,7 @@ async def test_counts_agree_with_what_is_listed_and_written(tmp_path, demo):
         await settle(app, pilot)
         listed = plain(app.screen.query_one("#issues-view")).count("⚠")
         summary = plain(app.screen.query_one("#selection-summary"))
-        assert listed > 0 and f"⚠ {listed}" in summary
+        assert listed > 0 and f"⚠{listed}" in summary  # one word: the count never wraps away from ⚠
         # `a`: the spec box no longer shows the old spec
         await pilot.press("a")
         assert await wait_for(pilot, lambda: plan_checked(app) and app.state.plan.auto.get("text"))

@@ -69,7 +69,49 @@ def plan_checked(app) -> bool:
 @pytest.fixture(autouse=True)
 def no_vllm_in_the_environment(tmp_path, monkeypatch):
     """A wizard that finds no vLLM and no kept settings (autouse where a test module imports
-    it): a private config home, no $MXTRIM_VLLM_PYTHON, a PATH without a `vllm` command."""
+    it): a private config home, no $MXTRIM_VLLM_PYTHON, no .venv-vllm of the checkout or the
+    current directory, a PATH without a `vllm` command."""
+    from mxtrim_tui.core.probe import vllm_python
+
+    monkeypatch.setattr(vllm_python, "local_places", lambda cwd=None: [])
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
     monkeypatch.delenv("MXTRIM_VLLM_PYTHON", raising=False)
     monkeypatch.setenv("PATH", str(Path(sys.executable).parent) + ":/usr/bin:/bin")
+
+
+def burst(app, *keys: str) -> None:
+    """Keys that arrive in one read (over SSH, a paste of keystrokes): every one is queued
+    before the app handles the first, as the terminal driver queues what one read parsed. A
+    key is named as in ``pilot.press`` ("ctrl+k", "backspace") or is one character ("/", "2")."""
+    import unicodedata
+
+    from textual import events
+    from textual.keys import REPLACED_KEYS, _character_to_key, _get_unicode_name_from_key
+
+    for key in keys:
+        if len(key) == 1 and not key.isalnum():
+            key = _character_to_key(key)
+        try:
+            char = unicodedata.lookup(_get_unicode_name_from_key(REPLACED_KEYS.get(key, key)))
+        except KeyError:
+            char = key if len(key) == 1 else None
+        event = events.Key(key, char)
+        event.set_sender(app)
+        app.post_message(event)
+
+
+def retype(text: str) -> list[str]:
+    """The keys that replace a text box's whole value with ``text``: Home, Ctrl+K, the text."""
+    return ["home", "ctrl+k", *text]
+
+
+def screen_lines(app) -> list[str]:
+    """What the terminal shows, line by line (from the app's screenshot)."""
+    import html
+    import re
+
+    rows: dict[float, list[str]] = {}
+    svg = app.export_screenshot()
+    for m in re.finditer(r'<text[^>]*?y="([\d.]+)"[^>]*>(.*?)</text>', svg):
+        rows.setdefault(float(m.group(1)), []).append(html.unescape(re.sub(r"<[^>]+>", "", m.group(2))))
+    return ["".join(parts).replace("\xa0", " ") for _, parts in sorted(rows.items())]

@@ -27,6 +27,15 @@ class InputError(Exception):
         super().__init__(f"{shown}: {one_line(problem)}" if shown else one_line(problem))
 
 
+def require_directory(path: str | Path) -> Path:
+    """``path``, which must be a directory: the one error every command gives when it is not
+    (a model to read, an output to validate)."""
+    path = Path(path)
+    if not path.is_dir():
+        raise InputError(path, "is not a directory" if path.exists() else "no such directory")
+    return path
+
+
 class SafetensorsFormatError(InputError):
     """A safetensors file that breaks one of the format's rules."""
 

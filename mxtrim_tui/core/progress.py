@@ -91,6 +91,7 @@ class Check(Event):
 class Serve(Event):
     status: str = ""  # starting | stopped
     command: tuple = ()
+    log: str = ""  # where the server's output goes (starting)
     signal: str = ""
     returncode: int | None = None
 

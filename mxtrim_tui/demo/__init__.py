@@ -1,5 +1,16 @@
-"""The bundled demo model: a tiny DeepSeek-V3-architecture checkpoint built on demand."""
+"""The bundled demo models: tiny DeepSeek-V3-architecture checkpoints built on demand (the
+default BF16 one that vLLM serves, and a block-FP8 one)."""
 
-from .build import DEMO_NAME, DEMO_VERSION, build_demo, demo_model_path, ensure_demo_model
+from .build import (
+    DEFAULT_VARIANT,
+    DEMO_NAME,
+    DEMO_VERSION,
+    VARIANTS,
+    DemoVariant,
+    build_demo,
+    demo_model_path,
+    ensure_demo_model,
+)
 
-__all__ = ["DEMO_NAME", "DEMO_VERSION", "build_demo", "demo_model_path", "ensure_demo_model"]
+__all__ = ["DEFAULT_VARIANT", "DEMO_NAME", "DEMO_VERSION", "VARIANTS", "DemoVariant", "build_demo",
+           "demo_model_path", "ensure_demo_model"]

@@ -17,12 +17,12 @@ import time
 from functools import partial
 from pathlib import Path
 
-from textual import work
+from textual import events, work
 from textual.app import App
 from textual.binding import Binding
 from textual.command import Hit, Hits, Provider
 from textual.screen import ModalScreen
-from textual.widgets import Button, Static
+from textual.widgets import Button, Input, Static
 from textual.containers import Vertical
 from textual.worker import Worker, WorkerState
 
@@ -154,6 +154,8 @@ class MxtrimApp(App):
         self._stopping: int | None = None  # the signal being handled
         self._loop = None
         self.keymap_problems: list[str] = []
+        self._key_focus = None  # what had the focus when the last key was handled
+        self._pointer_used = False  # a click since the last key
         atexit.register(self._kill_children)
 
     def on_mount(self) -> None:
@@ -231,9 +233,66 @@ class MxtrimApp(App):
         if check.problems:
             self.notify("\n".join(check.problems) + "\n(F1 lists them again)", title="keymap.json", severity="warning", timeout=20)
 
+    # --- keys, one after another ------------------------------------------------------------
+    async def on_event(self, event: events.Event) -> None:
+        """Keys are handled here, each to its end before the next one, in the order typed.
+
+        Textual hands a key to the focused widget's queue; a text box types a character at once
+        but an editing key (End, Backspace, Ctrl+K) or a step key (Ctrl+N) goes back up to the
+        app first. When keys arrive in one burst (SSH, a paste of keystrokes) the characters
+        then overtake the editing keys (`End, Backspace×4, 2041` left 8192) and land in a box
+        the previous key had already left. Here the bindings and the focused text box are asked
+        in turn, in the app's own queue, so the next key meets what the previous one did."""
+        if isinstance(event, events.MouseDown):
+            self._pointer_used = True
+        if isinstance(event, events.Key) and not event.is_forwarded and not (
+                self.screen.maximized is not None and event.key == "escape" and self.escape_to_minimize):
+            self.app_focus = True
+            await self._key_in_order(event)
+            return
+        if isinstance(event, events.Paste) and not event.is_forwarded and isinstance(self.focused, Input):
+            self.focused._on_paste(event)  # in order with the keys around it
+            return
+        await super().on_event(event)
+
+    async def _key_in_order(self, event: events.Key) -> None:
+        focused = self.focused
+        if focused is not self._key_focus:
+            self._focus_arrived(focused)
+        try:
+            if await self._check_bindings(event.key, priority=True):
+                return
+            if isinstance(focused, Input) and event.is_printable:
+                await focused._on_key(event)  # typed into the box, never a binding
+                return
+            if await self._check_bindings(event.key):  # the focused widget's bindings, then up to the app's
+                return
+            (focused or self.screen)._forward_event(event)  # anything else the widget does with a key
+        finally:
+            # the next key sees whether the focus moved since this one began (by this key or not)
+            self._key_focus, self._pointer_used = focused, False
+
+    def _focus_arrived(self, box) -> None:
+        """The first key since a text box got the focus (by the key before, or by the program):
+        its whole value is selected now, so that typing replaces it, as Textual's Focus event
+        does. That event is turned off for the box: arriving behind keys already typed, it
+        would select what they typed. Not after a click, which placed the cursor."""
+        if not isinstance(box, Input) or self._pointer_used:
+            return
+        if box.select_on_focus:
+            box.select_on_focus = False
+            box._selects_on_focus = True  # done here from now on
+        if getattr(box, "_selects_on_focus", False):
+            from textual.widgets.input import Selection
+
+            box.selection = Selection(0, len(box.value))
+
     # --- navigation ------------------------------------------------------------------------
     def action_goto(self, step: str) -> None:
         if self.screen.id != step:
+            screen = self.get_screen(step)
+            if isinstance(screen, WizardScreen):
+                screen.leave_text_boxes()  # a step entered by a key starts outside its text boxes
             self.switch_screen(step)
 
     def _step_index(self) -> int:
@@ -262,22 +321,25 @@ class MxtrimApp(App):
             sel.replan()
 
     # --- loading a source (thread worker) --------------------------------------------------
-    def load_source(self, path: Path) -> None:
+    def load_source(self, path: Path, chosen: tuple | None = None) -> None:
+        """Read ``path``; ``chosen`` = (keep per submodel, MTP, mode) to plan it with (an
+        output's plan, `u` in the workspace dialog), else the automatic selection."""
         screen = self.get_screen("source")
         screen.show_loading(path)
-        self._load(path)
+        self._load(path, chosen)
 
     @work(thread=True, exclusive=True, group="load", exit_on_error=False)
-    def _load(self, path: Path):
+    def _load(self, path: Path, chosen: tuple | None = None):
         from ..core.model.inventory import build_inventory
         from ..core.read.source import open_source
 
         from ..core.plan.build import Selection, build_plan
 
         inv = build_inventory(open_source(path))
-        # the automatic selection straight away: every later step has a plan to show (checked
-        # against transformers next, in its own worker)
-        return path, inv, build_plan(inv, Selection({}, None))
+        keep, mtp, mode = chosen or ({}, None, None)
+        # a plan straight away: every later step has one to show (checked against transformers
+        # next, in its own worker)
+        return path, inv, build_plan(inv, Selection(dict(keep), mtp)), (dict(keep), mtp, mode)
 
     # --- the plan checked against transformers (thread worker, check child) --------------
     def check_plan(self, plan) -> None:
@@ -304,20 +366,26 @@ class MxtrimApp(App):
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         worker = event.worker
         if event.state == WorkerState.SUCCESS and worker.group == "load":
-            path, inv, plan = worker.result
-            self.state = WizardState(source_path=path, inventory=inv, plan=plan, workspace=self.state.workspace)
+            path, inv, plan, (keep, mtp, mode) = worker.result
+            self.state = WizardState(source_path=path, inventory=inv, plan=plan, workspace=self.state.workspace,
+                                     keep=keep, mtp=mtp, mode=mode or "dummy")
             remember_source(path.resolve())
+            # every step names the model it works on (the header); no toast over the workspace list
+            self.sub_title = f"model: {inv.model_name}"
             self.get_screen("source").refresh_view()
             self.call_after_refresh(self._mark, "inventory_ready")
             # after the loaded source is on screen: the check imports torch and transformers
             self.call_after_refresh(self.check_plan, plan)
-            self.notify(f"{inv.model_name}: {len(inv.groups)} layer types", title="Loaded", timeout=3)
         elif event.state == WorkerState.ERROR:
             err = worker.error
+            message = str(err)
             if worker.group == "load":
-                self.get_screen("source").show_failure(str(err))
+                kept = self.state.inventory
+                if kept is not None:  # never silently: the steps go on with the model read before
+                    message += f"\n\nStill loaded: {kept.model_name} (from {self.state.source_path}); steps 2–6 use it."
+                self.get_screen("source").show_failure(message)
             title = "Bad input" if isinstance(err, InputError) else f"{type(err).__name__} in {worker.group or 'worker'}"
-            self.show_error(title, str(err))
+            self.show_error(title, message)
 
     def _mark(self, event: str) -> None:
         """Timing marks for benchmarks/tui_startup.py (only when MXTRIM_TIMING_FILE is set)."""

@@ -54,13 +54,15 @@ class Quantization:
         return f"{self.method} ({', '.join(bits)})" if bits else self.method
 
 
-def _collect(obj, path, out: list[ModuleEntry], problems: list[tuple[str, str]]):
+def _collect(obj, path, out: list[ModuleEntry], problems: list[tuple[str, str]], file: str = "config.json"):
+    """The module names under ``obj`` (at ``path``; a side file's paths start with its name)."""
     if isinstance(obj, dict):
         for k, v in obj.items():
             if k in MODULE_LIST_KEYS and isinstance(v, str):
                 # module names given as one string: which layers it names is unclear, and a
                 # runtime iterating it would walk its characters; refused, never ignored
-                where = ".".join(map(str, (*path, k)))
+                inner = path[1:] if path and path[0] == file else path
+                where = f"{file}: " + ".".join(map(str, (*inner, k)))
                 problems.append((
                     f"{where} is a string ({v[:80]!r}), not a list of module names: mxtrim cannot tell which layers it names, "
                     "nor could a runtime that iterates it",
@@ -74,11 +76,11 @@ def _collect(obj, path, out: list[ModuleEntry], problems: list[tuple[str, str]])
                 for name in v:
                     out.append(ModuleEntry((*path, k, name), name))
             elif isinstance(v, (dict, list)):
-                _collect(v, (*path, k), out, problems)
+                _collect(v, (*path, k), out, problems, file)
     elif isinstance(obj, list):
         for i, v in enumerate(obj):
             if isinstance(v, (dict, list)):
-                _collect(v, (*path, i), out, problems)
+                _collect(v, (*path, i), out, problems, file)
 
 
 def _method(cfg: dict, fallback: str) -> str:
@@ -113,7 +115,7 @@ def detect_quantization(source: ModelSource) -> Quantization | None:
     location, root_path, cfg = found[0]
     q = Quantization(_method(cfg, "compressed-tensors" if "compression" in location else "unknown"), location, cfg)
     for loc, path, c in found:
-        _collect(c, path, q.entries, q.problems)
+        _collect(c, path, q.entries, q.problems, loc.partition(":")[0])
     if len(found) > 1:
         q.warnings.append(
             "quantization configured in more than one place: "

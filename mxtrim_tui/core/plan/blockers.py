@@ -7,7 +7,7 @@ from .budget import BudgetInputs, check_parallelism
 from .build import TrimPlan
 from .needed_shards import weights_blocker
 
-NO_WEIGHTS = "the source has no weights: only dummy mode applies"
+NO_WEIGHTS = "has no weights (no safetensors shard, no index): only dummy mode applies"
 
 
 def write_blockers(plan: TrimPlan, serve: BudgetInputs | None, mode: str | None, repo: str | None = None) -> list[str]:
@@ -28,4 +28,5 @@ def write_blockers(plan: TrimPlan, serve: BudgetInputs | None, mode: str | None,
 def real_weights_blocker(plan: TrimPlan, repo: str | None = None) -> str | None:
     """Why a real-weight output of ``plan`` cannot be written (None: it can): a source without
     weights, or the shards it reads that are not on disk."""
-    return weights_blocker(plan, repo) if plan.inventory.source.all_headers else NO_WEIGHTS
+    src = plan.inventory.source
+    return weights_blocker(plan, repo) if src.all_headers else f"the source {src.root} {NO_WEIGHTS}"

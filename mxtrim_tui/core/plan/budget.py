@@ -35,7 +35,7 @@ from ..model.families.base import (
 from ..model.quant import config_dtype
 from ..read.safetensors_io import DTYPE_BITS
 from .build import TrimPlan, long_input_tokens, text_config
-from .partition import RankWeights, block_split_problems, rank_weights
+from .partition import EXPERT, RankWeights, block_split_failures, rank_weights
 
 
 # The utilisation the report's serve command, validation's server and the budget assume unless
@@ -400,12 +400,15 @@ def check_parallelism(plan: TrimPlan, inputs: BudgetInputs) -> dict[str, str]:
 
 def _quantized_split_problems(plan: TrimPlan, cfg: dict, tp: int, has_moe: bool, expert_parallel: bool) -> list[str]:
     """TP shares that are not whole quantization blocks / groups. Block FP8 with its tensors on
-    disk: every retained FP8 weight by its header shape (``partition.block_split_problems``);
+    disk: every retained FP8 weight by its header shape (``partition.block_split_failures``);
     otherwise the MLP widths of the config."""
     block_size = _fp8_block(plan)
     if tp > 1 and block_size and any(plan.inventory.source.is_present(old) for old, _ in plan.renames):
-        found = block_split_problems(plan, tp, expert_parallel, block_size)
-        return found + ([f"fix: a smaller TP{', or expert parallelism' if has_moe and not expert_parallel else ''}"] if found else [])
+        found = block_split_failures(plan, tp, expert_parallel, block_size)
+        # expert parallelism keeps routed experts whole, and nothing else: offered only when
+        # they are all that fails to split
+        ep_helps = has_moe and not expert_parallel and all(kind == EXPERT for _, kind in found)
+        return [line for line, _ in found] + ([f"fix: a smaller TP{', or expert parallelism' if ep_helps else ''}"] if found else [])
     problems = []
     sizes = [("intermediate_size", first_int(cfg, "intermediate_size"))]
     if has_moe and not expert_parallel:

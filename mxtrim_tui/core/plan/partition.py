@@ -246,19 +246,25 @@ _EXPERT_FOLD = re.compile(r"\.experts\.N\.")
 
 
 def block_split_problems(plan, tp: int, expert_parallel: bool, block: tuple[int, int]) -> list[str]:
+    """The lines of :func:`block_split_failures`."""
+    return [line for line, _ in block_split_failures(plan, tp, expert_parallel, block)]
+
+
+def block_split_failures(plan, tp: int, expert_parallel: bool, block: tuple[int, int]) -> list[tuple[str, str]]:
     """The retained block-quantized weights whose TP share is not whole quantization blocks,
     as vLLM refuses them at start-up (``validate_fp8_block_shape``: a column-parallel share of
     the output rows must be a multiple of ``block_n``, a row-parallel share of the input columns
     of ``block_k``; routed experts the same without expert parallelism, whole with it). Read
     from the tensors' header shapes: attention projections, dense MLPs, shared and routed
-    experts alike. One line per distinct module (layer numbers folded to N)."""
+    experts alike. One (line, partition kind) per distinct module (layer numbers folded to N):
+    the kind tells whether expert parallelism would help (it keeps only routed experts whole)."""
     if tp <= 1:
         return []
     src = plan.inventory.source
     cfg = text_config(plan)
     kv_heads = kv_heads_of(cfg)
     block_n, block_k = block
-    seen: dict[str, str] = {}
+    seen: dict[str, tuple[str, str]] = {}
     for old, new in plan.renames:
         if not new.endswith(".weight") or not src.is_present(old):
             continue
@@ -276,6 +282,6 @@ def block_split_problems(plan, tp: int, expert_parallel: bool, block: tuple[int,
             share, what, unit = cols // tp, f"{cols} input columns", block_k
         if share % unit:
             module = _LAYER_NUMBER.sub(".N.", new[: -len(".weight")])
-            seen.setdefault(_EXPERT_FOLD.sub(".experts.E.", module), f"{what} / TP={tp} = {share}")
-    return [f"{module}: {text}, not whole {block_n}×{block_k} blocks" for module, text in seen.items()]
+            seen.setdefault(_EXPERT_FOLD.sub(".experts.E.", module), (f"{what} / TP={tp} = {share}", kind))
+    return [(f"{module}: {text}, not whole {block_n}×{block_k} blocks", kind) for module, (text, kind) in seen.items()]
 

@@ -4,10 +4,11 @@ the validation's offline probe makes in another interpreter (standard library on
 
 from __future__ import annotations
 
+import os
 import platform
 import sys
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 
 from .offline_probe import PACKAGES as DISTRIBUTIONS
 from .offline_probe import package
@@ -34,3 +35,29 @@ def environment() -> dict:
         "platform": platform.platform(),
         "packages": {m: package_info(m) for m in DISTRIBUTIONS},
     }
+
+
+def validation_environment() -> dict:
+    """The interpreter ``mxtrim validate`` (and the wizard's validation) would use now, by the
+    rule of :mod:`.vllm_python`: ``{"python", "origin", "version"}``, or ``{"error"}`` when no
+    place holds vLLM. Asked once per setting, variable and folder (the wizard renders the
+    report on every keystroke)."""
+    from ..user_settings import get_setting
+    from .vllm_python import ENV_VAR, SETTING
+
+    try:
+        here = os.getcwd()
+    except OSError:
+        here = ""
+    return dict(_validation_environment(get_setting(SETTING), os.environ.get(ENV_VAR), here))
+
+
+@lru_cache(maxsize=8)
+def _validation_environment(setting: str | None, variable: str | None, cwd: str) -> tuple:
+    from .vllm_python import VllmNotFound, find_vllm_python
+
+    try:
+        found = find_vllm_python(None, setting)
+    except VllmNotFound as exc:
+        return (("error", str(exc)),)
+    return (("python", found.python), ("origin", found.origin), ("version", found.version))

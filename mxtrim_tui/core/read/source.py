@@ -27,7 +27,7 @@ from enum import Enum
 from operator import attrgetter
 from pathlib import Path, PurePosixPath
 
-from ..errors import IndexConsistencyError, InputError
+from ..errors import IndexConsistencyError, InputError, require_directory
 from .config_values import check_config_values, check_nesting
 from .files import NotRegularFile, TooLarge, open_regular, read_limited
 from .safetensors_io import JSON_WHITESPACE, AbsentShard, SafetensorsHeader, TensorInfo, read_header
@@ -907,11 +907,7 @@ def _classified_files(root: Path, config: dict, nested: dict, shard_set: set, wa
 
 
 def _open_source(root: Path) -> ModelSource:
-    root = Path(root)
-    if not root.exists():
-        raise InputError(root, "model directory not found")
-    if not root.is_dir():
-        raise InputError(root, "not a directory")
+    root = require_directory(root)
     warnings: list[str] = []
 
     config_path = root / "config.json"

@@ -55,10 +55,22 @@ def _row_status(run: dict, check: str) -> str | None:
     return row.get("status") if row else None
 
 
-def covers(run: dict | None, python: str, now: dict | None, serve: bool, equivalence: bool, speculative: bool) -> str | None:
-    """Why ``run`` already answers this request (None: it does not): the same interpreter and
-    versions, and every check asked for was executed then."""
+def recorded_elsewhere(run: dict | None, out: Path) -> str | None:
+    """The folder ``run`` was recorded for when it is not ``out`` (a copied or moved output
+    carries its validation.json along), else None."""
+    then = run.get("output") if isinstance(run, dict) else None
+    if not isinstance(then, str) or Path(then) == Path(out).resolve():
+        return None
+    return then
+
+
+def covers(run: dict | None, python: str, now: dict | None, serve: bool, equivalence: bool, speculative: bool,
+           out: Path | None = None) -> str | None:
+    """Why ``run`` already answers this request (None: it does not): made for this very folder
+    (``out``), by the same interpreter and versions, and every check asked for was executed then."""
     if run is None or now is None or run.get("python") != python:
+        return None
+    if out is not None and recorded_elsewhere(run, out):
         return None
     then = versions_of(run.get("environment") or {})
     if any(then.get(k) != now.get(k) for k in DRIFT_KEYS):

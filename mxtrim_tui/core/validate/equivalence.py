@@ -17,8 +17,10 @@ It proves the renaming and the config rewrite, not quality."""
 
 from __future__ import annotations
 
+import io
 import json
 import math
+from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -99,6 +101,25 @@ def served_tokens(base: str, model: str, prompt_ids: list[int], steps: int) -> l
     return list(json.loads(body)["choices"][0]["token_ids"])
 
 
+@contextmanager
+def quiet_transformers():
+    """transformers' load report, warnings and progress bars kept off mxtrim's terminal while
+    the original loads in this process (the validation shows its own progress; a failure is
+    reported from the exception)."""
+    from transformers.utils import logging as hf_logging
+
+    verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        with redirect_stderr(io.StringIO()), redirect_stdout(io.StringIO()):
+            yield
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        if bars:
+            hf_logging.enable_progress_bar()
+
+
 def reference_logits(source: Path, kept: list[int] | None, prompts: list[list[int]], served: list[list[int]]) -> list[list[list[float]]]:
     """The original checkpoint in float32 with only ``kept`` layers (None: all of them),
     teacher-forced on the served tokens: one forward pass per prompt, the logits before each
@@ -106,7 +127,8 @@ def reference_logits(source: Path, kept: list[int] | None, prompts: list[list[in
     import torch
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32, local_files_only=True)
+    with quiet_transformers():
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32, local_files_only=True)
     model.eval()
     if kept is not None:
         decoder = model.get_decoder()

@@ -24,13 +24,17 @@ def predict(out: Path, opts, gpu_total_bytes: int | None = None) -> dict:
     from ..model.inventory import build_inventory
     from ..plan.budget import VLLM_GPU_MEMORY_UTILIZATION, BudgetInputs, compute_budget
     from ..plan.build import Selection, build_plan
+    from ..plan.partition import rank_weights
     from ..read.source import open_source
 
     inv = build_inventory(open_source(out))
     text = inv.text
     depth = len(text.layers) if text else 0
     plan = build_plan(inv, Selection({"text": tuple(range(depth))}, mtp=bool(opts.speculative_mtp)))
-    source_ranks = source_weights(out, opts) if not inv.source.shards else None
+    # a dummy output holds no weights: what vLLM allocates is what the kept tensors of its source take
+    source_plan = None if inv.source.shards else _source_plan(out, opts)
+    source_ranks = (rank_weights(source_plan, max(1, opts.tp), opts.pp, expert_parallel=opts.expert_parallel)
+                    if source_plan is not None else None)
     inputs = BudgetInputs(tp=opts.tp, pp=opts.pp, expert_parallel=opts.expert_parallel, max_model_len=opts.max_model_len, max_num_seqs=opts.max_num_seqs,
                           max_num_batched_tokens=batched_tokens(opts),
                           gpu_memory_utilization=opts.gpu_memory_utilization or VLLM_GPU_MEMORY_UTILIZATION, gpu_total_bytes=gpu_total_bytes,
@@ -48,7 +52,7 @@ def predict(out: Path, opts, gpu_total_bytes: int | None = None) -> dict:
     # weights as stored, and what vLLM derives from them while loading (the CPU build, which
     # serves float32, logs no weights figure)
     ranks = b.ranks if inv.source.shards else source_ranks
-    extra = mla_runtime_copies(plan, opts.tp) if inv.source.shards else 0
+    extra = mla_runtime_copies(plan if inv.source.shards else source_plan, opts.tp) if (inv.source.shards or source_plan) else 0
     return {"weights_bytes": ranks.per_gpu + extra if ranks else None, "available_kv_bytes": available, "kv_tokens": tokens,
             "max_concurrency": concurrency, "kv_bytes_per_token": b.kv_per_token,
             "weights_by_rank": {k: v + extra for k, v in ranks.by_worker().items()} if ranks else {}}
@@ -132,11 +136,20 @@ def source_weights(out: Path, opts):
     """A dummy output holds no weights: what vLLM allocates for it is what the kept tensors of
     its source take (the plan re-made from the source it names, for the served TP / PP / EP),
     as a ``RankWeights``; None when that source is gone or names no tensors."""
+    from ..plan.partition import rank_weights
+
+    plan = _source_plan(out, opts)
+    return None if plan is None else rank_weights(plan, max(1, opts.tp), opts.pp, expert_parallel=opts.expert_parallel)
+
+
+def _source_plan(out: Path, opts):
+    """The plan of a dummy output re-made from the source it names, as served: its MTP layer
+    only with speculative decoding (vLLM loads no MTP weights without it). None when that
+    source is gone, changed or names no tensors."""
     import json
 
     from ..model.inventory import build_inventory
     from ..plan.build import Selection, build_plan
-    from ..plan.partition import rank_weights
     from ..read.source import CONFIG_ONLY, open_source
 
     try:
@@ -145,12 +158,11 @@ def source_weights(out: Path, opts):
         if source.state == CONFIG_ONLY:
             return None
         kept = {k: tuple(v) for k, v in (doc.get("kept") or {}).items()}
-        plan = build_plan(build_inventory(source), Selection(kept, mtp=bool(doc.get("mtp_kept"))))
+        served_mtp = bool(doc.get("mtp_kept")) and bool(opts.speculative_mtp)
+        plan = build_plan(build_inventory(source), Selection(kept, mtp=served_mtp))
     except Exception:  # the source moved, changed or cannot be read: no prediction
         return None
-    if plan.errors:
-        return None
-    return rank_weights(plan, max(1, opts.tp), opts.pp, expert_parallel=opts.expert_parallel)
+    return None if plan.errors else plan
 
 
 def compare(predicted: dict, actual: StartupFigures) -> dict:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from ..errors import InputError
+from ..errors import InputError, require_directory
 from . import requests as rq
 from .classify import classify
 from .serve import ServeOptions, Server, free_port, interrupting_signals, output_quantization, output_text_config, serve_argv, serve_env
@@ -110,8 +110,7 @@ class Validation:
 def read_output(out: Path) -> dict:
     """The plan an output was written from (mxtrim-plan.json): mode, MTP, serve settings."""
     plan_file = out / "mxtrim-plan.json"
-    if not out.is_dir():
-        raise InputError(out, "is not a directory")
+    require_directory(out)
     try:
         doc = json.loads(plan_file.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -260,7 +259,7 @@ def serve_rows(v: Validation, out: Path, plan: dict, opts: ServeOptions, emit, e
     argv = serve_argv(out, v.mode, opts, port)
     v.serve_command = argv
     v.settings = serve_settings(opts)
-    emit({"event": "serve", "status": "starting", "command": argv})
+    emit({"event": "serve", "status": "starting", "command": argv, "log": str(out / "logs" / "serve.log")})
     server = Server(argv, serve_env(opts), out / "logs" / "serve.log", on_line=lambda s, l: emit({"event": "log", "stream": s, "line": l}),
                     output=out)
     with interrupting_signals():  # SIGTERM / SIGHUP unwind through the finally below, like Ctrl-C
@@ -436,7 +435,7 @@ def equivalence_row(v: Validation, out: Path, plan: dict, opts: ServeOptions, ba
         source = Path(plan["source"])
         port = free_port()
         argv = serve_argv(source, "weights", dataclasses.replace(opts, speculative_mtp=0), port)
-        emit({"event": "serve", "status": "starting", "command": argv})
+        emit({"event": "serve", "status": "starting", "command": argv, "log": str(out / "logs" / "serve-source.log")})
         other = Server(argv, serve_env(opts), out / "logs" / "serve-source.log",
                        on_line=lambda s, l: emit({"event": "log", "stream": s, "line": l}), output=out)
         try:

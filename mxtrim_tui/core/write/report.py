@@ -287,14 +287,30 @@ def _files_section(lines: list[str], plan: TrimPlan, mode: str, files: list[dict
 
 
 def _environment_section(add) -> None:
-    """Versions and import origins of the environment that wrote the output."""
+    """Versions and import origins of the environment that wrote the output, and the one
+    validation will use (vLLM is often in another environment than mxtrim)."""
+    from ..probe.environment import validation_environment
+    from ..probe.vllm_python import ENV_VAR
+
     add("## Environment seen")
     add("")
     env = environment()
-    add(f"- Python {env['python']}, {env['platform']}")
+    add(f"Written by mxtrim in Python {env['python']}, {env['platform']}:")
+    add("")
     for name, info in env["packages"].items():
+        if info.version is None and name.startswith("vllm"):
+            continue  # vLLM is the validation environment's, below
         where = f" from `{info.origin}`" if info.origin else ""
         add(f"- {name}: {info.version or 'not installed'}{where}")
+    add("")
+    found = validation_environment()
+    if "error" in found:
+        add(f"Validation environment: none found — no vLLM in the places `mxtrim validate` looks (`mxtrim validate OUT` "
+            f"lists them); name one with `--python PY`, `{ENV_VAR}=PY` or the wizard's validate dialog.")
+    else:
+        version = f"vLLM {found['version']}" if found["version"] else "vLLM"
+        add(f"Validation environment (`mxtrim validate`): {version} at `{found['python']}` ({found['origin']}); "
+            "a validation records its full versions in `validation.json`.")
     add("")
 
 

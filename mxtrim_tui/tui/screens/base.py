@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from rich.cells import cell_len
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen, Screen
-from textual.widgets import Footer, Header, Markdown, Static
+from textual.strip import Strip
+from textual.css.query import NoMatches
+from textual.widgets import Footer, Header, Input, Markdown, Static
 
 STEPS = (
     ("source", "Source"),
@@ -36,6 +39,33 @@ class StepBar(Static):
         self.update(text)
 
 
+def focus_now(widget) -> None:
+    """Focus ``widget`` at once: ``Widget.focus`` waits its turn in the app's queue, behind keys
+    typed already (a burst), which would then go to the widget focused before."""
+    widget.refresh()
+    if widget.screen.focused is not widget:
+        widget.screen.set_focus(widget)
+
+
+class TailInput(Input):
+    """A path box that, without the focus, shows the end of a path too long for it after a
+    "…" (what tells an output from its siblings is its end: ``…-dummy-2layers-2``)."""
+
+    def render_line(self, y: int) -> Strip:
+        width = self.scrollable_content_region.width
+        value = self.value
+        if self.has_focus or y != 0 or not value or cell_len(value) <= width:
+            return super().render_line(y)
+        tail = ""
+        for ch in reversed(value):
+            if cell_len(tail) + cell_len(ch) > width - 1:
+                break
+            tail = ch + tail
+        shown = Text("…" + tail, end="")
+        strip = Strip(list(self.app.console.render(shown, self.app.console_options.update_width(width + 1))))
+        return strip.crop(0, width + 1).extend_cell_length(width + 1).apply_style(self.rich_style)
+
+
 class WizardScreen(Screen):
     """A step of the wizard. Subclasses set STEP and HELP and implement ``refresh_view``,
     which runs each time the screen is shown (the first time included); the screen's id is
@@ -44,6 +74,9 @@ class WizardScreen(Screen):
     STEP = "source"
     TITLE_TEXT = "Source"
     HELP = ""
+    # the widget a step key lands on when the step was left in one of its text boxes: the
+    # digits then jump again instead of typing into a box behind the user's back
+    HOME: str | None = None
     BINDINGS = [
         Binding("1", "app.goto('source')", "Source", show=False, id="step.source"),
         Binding("2", "app.goto('inventory')", "Inventory", show=False, id="step.inventory"),
@@ -71,6 +104,17 @@ class WizardScreen(Screen):
 
     def on_screen_resume(self) -> None:
         self.refresh_view()
+
+    def leave_text_boxes(self) -> None:
+        """Entered by a step key (or Ctrl+N / Ctrl+B): start outside the text boxes. Done before
+        the switch, so that a key typed right after the step key already meets the new focus."""
+        if not isinstance(self.focused, Input) or not self.is_mounted:
+            return
+        try:
+            home = self.query_one(self.HOME) if self.HOME else None
+        except NoMatches:
+            home = None
+        self.set_focus(home if home is not None and home.focusable else None)
 
     def refresh_view(self) -> None:  # pragma: no cover - overridden
         pass
@@ -124,6 +168,16 @@ class HelpScreen(ModalScreen[None]):
 
 
 def _all_bindings(screen: Screen):
-    """The screen's and the app's bindings in force (remapped keys included), not those of the
-    focused widget (a table's cursor keys)."""
-    return [active.binding for active in screen.active_bindings.values() if active.node in (screen, screen.app)]
+    """The screen's and the app's bindings (remapped keys included), not those of the focused
+    widget (a table's cursor keys); also those a focused text box takes while it has the focus
+    (the step digits): they work again once it is left, as the help says."""
+    app = screen.app
+    found = []
+    for node in (screen, app):
+        bindings = node._bindings.copy()
+        if app._keymap:
+            bindings.apply_keymap(app._keymap)
+        for _key, binding in bindings:
+            if app._check_action_state(binding.action, node) is not False:
+                found.append(binding)
+    return found

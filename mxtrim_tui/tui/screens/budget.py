@@ -3,6 +3,9 @@ live GPU occupancy (refreshed in a worker, never blocking)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+from functools import partial
+
 from rich.table import Table
 from rich.text import Text
 from textual import on, work
@@ -42,7 +45,7 @@ class BudgetScreen(WizardScreen):
     )
     BINDINGS = [Binding("ctrl+r", "refresh_gpus", "Refresh GPUs", id="budget.refresh")]
     # the digits jump between steps: start outside the text boxes (Tab moves into them)
-    AUTO_FOCUS = "#budget-body"
+    AUTO_FOCUS = HOME = "#budget-body"
     # two rows of boxes (80 columns hold five), then expert parallelism as a checkbox
     FIELDS = (
         ("tp", "TP"),
@@ -112,6 +115,11 @@ class BudgetScreen(WizardScreen):
 
     def on_mount(self) -> None:
         self.query_one("#gpu-table", DataTable).add_columns("#", "name", "memory used / total", "free", "processes")
+        # what a box holds is the wizard's state the moment it changes (not when its Changed
+        # message arrives): a step key right after a burst of typing meets the new value
+        for name, _ in self.FIELDS:
+            self.watch(self.query_one(f"#in-{name}", Input), "value", partial(self._typed, name), init=False)
+        self.watch(self.query_one(f"#in-{self.EP}", Checkbox), "value", self._expert_parallel_typed, init=False)
         self.refresh_gpus()
         self.set_interval(GPU_REFRESH_SECONDS, self.refresh_gpus)
 
@@ -145,19 +153,36 @@ class BudgetScreen(WizardScreen):
             t.add_row("", Text(f"✗ {st.weights_blocker()}", style="bold red"))
         self.query_one("#disk-view", Static).update(t)
 
-    def _inputs(self):
+    def _read_boxes(self):
         """The typed fields, parsed and checked by the core (the CLI's flags use the same
-        rules); invalid boxes are marked and their messages listed under the boxes."""
+        rules): (inputs, {field: message})."""
         st = self.app.state
         raw = {name: self.query_one(f"#in-{name}", Input).value for name, _ in self.FIELDS}
         if not raw["max_num_batched_tokens"].strip():
             del raw["max_num_batched_tokens"]  # blank: vLLM's default, the context length
         raw[self.EP] = self.query_one(f"#in-{self.EP}", Checkbox).value
-        from dataclasses import replace
 
         inputs, errors = parse_budget_inputs(raw, replace(st.budget_inputs, gpu_total_bytes=None))
         # TP/PP against the model, for the fields that parsed (an invalid one kept the old value)
-        errors = check_parallelism(st.plan, inputs) | errors
+        if st.plan is not None:
+            errors = check_parallelism(st.plan, inputs) | errors
+        if inputs.gpu_total_bytes is None and self.probe is not None and self.probe.gpus:
+            inputs = replace(inputs, gpu_total_bytes=self.probe.gpus[0].total_bytes)  # the first visible device
+        return inputs, errors
+
+    def _sync_state(self):
+        """The wizard's serve settings and their errors from what the boxes hold now."""
+        st = self.app.state
+        inputs, errors = self._read_boxes()
+        labels = dict(self.FIELDS, **{self.EP: "EP"})
+        st.budget_inputs = inputs
+        st.budget_errors = {labels[k]: v for k, v in errors.items()}
+        return inputs, errors
+
+    def _inputs(self):
+        """The state synced with the boxes; invalid boxes are marked and their messages listed
+        under the boxes."""
+        inputs, errors = self._sync_state()
         for name, _ in self.FIELDS:
             box = self.query_one(f"#in-{name}", Input)
             box.set_class(name in errors, "-invalid")
@@ -166,9 +191,6 @@ class BudgetScreen(WizardScreen):
         self.query_one("#budget-errors", Static).update(
             Text("\n".join(f"✗ {labels[k]}: {v}" for k, v in errors.items()), style="bold red") if errors else ""
         )
-        st.budget_errors = {labels[k]: v for k, v in errors.items()}
-        if inputs.gpu_total_bytes is None and self.probe is not None and self.probe.gpus:
-            inputs = replace(inputs, gpu_total_bytes=self.probe.gpus[0].total_bytes)  # the first visible device
         return inputs
 
     def _update_budget(self) -> None:
@@ -176,7 +198,6 @@ class BudgetScreen(WizardScreen):
         if st.plan is None:
             return
         inputs = self._inputs()
-        st.budget_inputs = inputs
         self._show_disk()
         b = compute_budget(st.plan, inputs)
         t = Table.grid(padding=(0, 1))
@@ -204,25 +225,31 @@ class BudgetScreen(WizardScreen):
         t.add_row("advice", Text("\n".join(f"{n}. {a}" for n, a in enumerate(b.advice, 1)), style="cyan"))
         self.query_one("#budget-view", Static).update(t)
 
+    def _typed(self, name: str, value: str) -> None:
+        """A box changed (typed, or filled by the screen): the state follows at once."""
+        if name in self._filled:
+            typed = self.app.state.budget_text
+            if value == self._filled[name]:
+                typed.pop(name, None)  # the default again (shown by the screen, or typed back)
+            else:
+                typed[name] = value  # typed by the user: kept
+        self._sync_state()
+
+    def _expert_parallel_typed(self, value: bool) -> None:
+        typed = self.app.state.budget_text
+        if value:
+            typed[self.EP] = True
+        else:
+            typed.pop(self.EP, None)  # off: the default
+        self._sync_state()
+
     @on(Input.Changed)
     def _changed(self, event: Input.Changed) -> None:
         if event.input.id and event.input.id.startswith("in-"):
-            name = event.input.id[3:]
-            if name in self._filled:
-                typed = self.app.state.budget_text
-                if event.value == self._filled[name]:
-                    typed.pop(name, None)  # the default again (shown by the screen, or typed back)
-                else:
-                    typed[name] = event.value  # typed by the user: kept
             self._update_budget()
 
     @on(Checkbox.Changed, "#in-expert_parallel")
     def _expert_parallel(self, event: Checkbox.Changed) -> None:
-        typed = self.app.state.budget_text
-        if event.value:
-            typed[self.EP] = True
-        else:
-            typed.pop(self.EP, None)  # off: the default
         self._update_budget()
 
     # --- GPU probe in a worker ------------------------------------------------------------

@@ -11,7 +11,7 @@ from textual.widgets import DataTable, Input, Static, TabbedContent, TabPane
 
 from ...core.units import index_ranges, shown_bytes
 from ...render import group_style, layer_strip
-from .base import WizardScreen
+from .base import WizardScreen, focus_now
 
 
 def strip_text(inv, width: int = 64) -> Text:
@@ -32,14 +32,18 @@ class InventoryScreen(WizardScreen):
     HELP = (
         "Every layer with the kind the runtime builds (attention · MLP), special modules, weight "
         "dtypes, tensor count and exact bytes. The strip shows one symbol per layer (its group). "
-        "Type in the filter to show matching layers (e.g. 'moe', 'sliding', 'vision'); the pane "
-        "below lists the highlighted layer's tensors with shapes and dtypes."
+        "`/` goes to the filter: type to show matching layers (e.g. 'moe', 'sliding', 'vision'); "
+        "Enter or Escape leaves it for the table (digits type into the filter while it has the "
+        "focus). The pane below lists the highlighted layer's tensors with shapes and dtypes."
     )
     BINDINGS = [
         Binding("slash", "focus_filter", "Filter", id="inventory.filter"),
         Binding("ctrl+g", "show_tab('groups')", "Groups", id="inventory.groups", priority=True),
         Binding("ctrl+y", "show_tab('layers')", "Layers", id="inventory.layers", priority=True),
+        Binding("escape", "leave_filter", "Leave the filter", show=False, id="inventory.leave_filter"),
     ]
+
+    HOME = "#layer-table"
 
     def __init__(self) -> None:
         super().__init__()
@@ -72,7 +76,7 @@ class InventoryScreen(WizardScreen):
     def refresh_view(self) -> None:
         inv = self.app.state.inventory
         if inv is not None and not self.query_one("#filter", Input).has_focus:
-            self.query_one("#layer-table", DataTable).focus()
+            focus_now(self.query_one("#layer-table", DataTable))
         if inv is None or inv is self._shown_for:
             return
         self._shown_for = inv
@@ -137,6 +141,15 @@ class InventoryScreen(WizardScreen):
         if self.app.state.inventory is not None:
             self._fill_layers(event.value)
 
+    @on(Input.Submitted, "#filter")
+    def _filter_done(self) -> None:
+        self.action_leave_filter()
+
+    def action_leave_filter(self) -> None:
+        """Back to the table, the filter kept: the digits jump between steps again."""
+        if self.query_one(TabbedContent).active == "layers":
+            focus_now(self.query_one("#layer-table", DataTable))
+
     @on(DataTable.RowHighlighted, "#layer-table")
     def _highlight(self, event: DataTable.RowHighlighted) -> None:
         self._show_detail(event.row_key.value if event.row_key else None)
@@ -176,11 +189,11 @@ class InventoryScreen(WizardScreen):
 
     def action_focus_filter(self) -> None:
         self.query_one(TabbedContent).active = "layers"
-        self.query_one("#filter", Input).focus()
+        focus_now(self.query_one("#filter", Input))
 
     def action_show_tab(self, tab: str) -> None:
         # the focus goes with the tab: a focused widget left in the hidden pane would pull the
         # tabs back to it
         self.query_one(TabbedContent).active = tab
         table = {"layers": "#layer-table", "groups": "#group-table", "parts": "#part-table"}[tab]
-        self.query_one(table, DataTable).focus()
+        focus_now(self.query_one(table, DataTable))

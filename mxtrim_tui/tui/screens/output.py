@@ -13,7 +13,7 @@ from textual.widgets import Input, Label, RadioButton, RadioSet, Static
 from ...core.plan.needed_shards import missing_shards
 from ...core.units import human_bytes
 from ...core.plan.layout import asset_files
-from .base import WizardScreen
+from .base import TailInput, WizardScreen, focus_now
 
 WEIGHTS_LABEL = "[w] Real weights (byte-exact shards + extraction script)"
 DUMMY_LABEL = "[d] Dummy (config + tokenizer, --load-format dummy)"
@@ -47,7 +47,7 @@ class OutputScreen(WizardScreen):
         Binding("d", "mode('dummy')", "Dummy mode", id="output.dummy", show=False),
         Binding("w", "mode('weights')", "Real weights mode", id="output.weights", show=False),
     ]
-    AUTO_FOCUS = "#mode"  # Tab goes on to the path box; the body scrolls (shift+Tab) at 80x24
+    AUTO_FOCUS = HOME = "#mode"  # Tab goes on to the path box; the body scrolls (shift+Tab) at 80x24
 
     def __init__(self) -> None:
         super().__init__()
@@ -61,7 +61,7 @@ class OutputScreen(WizardScreen):
                 yield RadioButton(Text(DUMMY_LABEL), value=True, id="mode-dummy")
                 yield RadioButton(Text(WEIGHTS_LABEL), id="mode-weights")
             yield Label("Output directory")
-            yield Input(id="out-path")
+            yield TailInput(id="out-path")
             yield Static("", id="output-summary")
             with Horizontal(id="batched-test-row"):  # one line: the step fits 80x24 unscrolled
                 yield Label("batched_test YAML ")
@@ -69,12 +69,21 @@ class OutputScreen(WizardScreen):
             yield Static("", id="batched-test-summary")
         yield from self.compose_footer()
 
+    def on_mount(self) -> None:
+        # the wizard's state follows a box the moment it changes (a step key or Ctrl+S typed
+        # right after the path meets it), the summaries when its Changed message arrives
+        self.watch(self.query_one("#out-path", Input), "value", self._path_typed, init=False)
+        self.watch(self.query_one("#batched-test", Input), "value", self._batched_test_typed, init=False)
+
     def refresh_view(self) -> None:
         st = self.app.state
         summary = self.query_one("#output-summary", Static)
         if st.plan is None:
             summary.update("Choose layers first (step 3).")
             return
+        chosen = self.query_one(f"#mode-{st.mode}", RadioButton)
+        if not chosen.value:  # a mode chosen elsewhere (an output's plan loaded from the workspace)
+            chosen.value = True
         self._show_path()
         self._summarise()
 
@@ -96,9 +105,11 @@ class OutputScreen(WizardScreen):
         shown.update(Text.assemble(f"{verb} the entry ", (repr(out.name), "bold green"), f" to {config} "
                                    f"(model_path {model_path_for(out, config)})"))
 
+    def _batched_test_typed(self, value: str) -> None:
+        self.app.state.batched_test_text = value.strip() or None
+
     @on(Input.Changed, "#batched-test")
     def _batched_test(self, event: Input.Changed) -> None:
-        self.app.state.batched_test_text = event.value.strip() or None
         self._summarise_batched_test()
 
     def _show_path(self) -> None:
@@ -189,10 +200,8 @@ class OutputScreen(WizardScreen):
             self._show_path()  # only the default name changes with the mode
             self._summarise()
 
-    @on(Input.Changed, "#out-path")
-    def _path(self, event: Input.Changed) -> None:
+    def _path_typed(self, value: str) -> None:
         st = self.app.state
-        value = event.value
         if value != value.strip() and value.strip():
             # " x" would name a directory called " x": what is meant is "x"
             self._stripped = True
@@ -204,11 +213,14 @@ class OutputScreen(WizardScreen):
         else:
             self._default_shown = None
             st.output_text = value
-        if st.plan is not None:
+
+    @on(Input.Changed, "#out-path")
+    def _path(self, event: Input.Changed) -> None:
+        if self.app.state.plan is not None:
             self._summarise()
 
     def action_focus_path(self) -> None:
-        self.query_one("#out-path", Input).focus()
+        focus_now(self.query_one("#out-path", Input))
 
     def action_write(self) -> None:
         self.app.start_run()

@@ -102,6 +102,7 @@ class RunScreen(WizardScreen):
         self.kind = "trim"
         self.validation = ValidationView()
         self.serve_command = ""  # the command shown under the log (the README's, or the one validation ran)
+        self.worked_on = None  # the output this step wrote or validated last: what `v` offers
 
     def compose(self) -> ComposeResult:
         yield from self.compose_header()
@@ -156,7 +157,9 @@ class RunScreen(WizardScreen):
 
     def _show_command(self, title: str, command: str) -> None:
         self.serve_command = command
-        self.query_one("#run-serve", Static).update(Text(f"{title} (c copies it):\n{command}", style="cyan"))
+        shown = self.query_one("#run-serve", Static)
+        shown.set_class(self.kind == "validate", "-validation")  # a few lines under the validation's rows
+        shown.update(Text(f"{title} (c copies it):\n{command}", style="cyan"))
         self.refresh_bindings()
 
     def action_copy_command(self) -> None:
@@ -171,7 +174,7 @@ class RunScreen(WizardScreen):
             return
         from .validate_dialog import ValidateDialog
 
-        self.app.push_screen(ValidateDialog(self.app.state.last_output), self.start_validation)
+        self.app.push_screen(ValidateDialog(self.worked_on or self.app.state.last_output), self.start_validation)
 
     def start_validation(self, request) -> None:
         """Run what the validate dialog chose (None: it was cancelled)."""
@@ -181,6 +184,7 @@ class RunScreen(WizardScreen):
         from ...core.validate.locate import SETTING
 
         set_setting(SETTING, request.typed_python or None)
+        self.worked_on = request.output
         argv = [sys.executable, "-m", "mxtrim_tui", "validate", str(request.output), "--python", request.python, "--json", "--progress"]
         argv += ["--serve"] if request.serve else []
         argv += ["--speculative"] if request.speculative else []
@@ -200,6 +204,7 @@ class RunScreen(WizardScreen):
         self.progress = RunProgress(started=clock())
         log = self.query_one("#run-log", RichLog)
         log.clear()
+        log.anchor()  # a log scrolled up in the last run follows this one's tail again
         shown = ["mxtrim"] + argv[3:] if argv[1:3] == ["-m", "mxtrim_tui"] else argv
         log.write(Text("$ " + shlex.join(shown), style="bold"))
         out = argv[argv.index("--out") + 1] if "--out" in argv else None
@@ -374,6 +379,7 @@ class RunScreen(WizardScreen):
         doc = written if written is not None else _json_doc(message.stdout)
         out = doc.get("output")
         self.app.state.last_output = out
+        self.worked_on = out or self.worked_on
         status.update(Text(f"✓ written: {out}" if out else "✓ finished (exit 0)", style="bold green"))
         files = doc.get("files") or []
         stats.update(f"{len(files)} file(s) written in {elapsed:.1f} s" if files else f"finished in {elapsed:.1f} s")

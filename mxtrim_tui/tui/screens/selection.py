@@ -16,7 +16,10 @@ from ...core.plan.build import SelectionError, build_plan, parse_keep_spec
 from ...core.plan.needed_shards import missing_shards, needed_summary
 from ...core.units import human_bytes, index_ranges, shown_bytes
 from ...render import group_style
-from .base import WizardScreen
+from ..wording import in_wizard_terms
+from .base import WizardScreen, focus_now
+
+TABS = ("issues", "coverage", "mapping", "diff", "shards")
 
 
 class SelectionScreen(WizardScreen):
@@ -24,23 +27,29 @@ class SelectionScreen(WizardScreen):
     HELP = (
         "Space toggles the highlighted layer; `a` returns to the automatic minimal set (every "
         "distinct layer type, dependencies satisfied); `m` keeps or drops the MTP / draft heads; "
-        "`e` edits the kept set as a spec (`0,6-7`, `vision=0,26`). Warnings and blocking errors, "
-        "the coverage table, the old→new mapping and the config diff follow every change."
+        "`e` edits the kept set as a spec (`0,6-7`, `vision=0,26`; Enter applies, Escape leaves the "
+        "box). Warnings and blocking errors, the coverage table, the old→new mapping and the config "
+        "diff follow every change: `t` shows the next tab (Issues, Coverage, Mapping, Config diff, "
+        "Shards), Ctrl+G the Issues."
     )
     BINDINGS = [
-        Binding("space", "toggle", "Toggle", id="selection.toggle"),
+        Binding("space", "toggle", "Keep", id="selection.toggle"),  # keep or drop the highlighted layer
         Binding("a", "auto", "Auto", id="selection.auto"),
         Binding("m", "toggle_mtp", "MTP", id="selection.mtp"),
         Binding("e", "edit_spec", "Spec", id="selection.edit"),
+        Binding("t", "next_tab", "Tab", id="selection.tabs"),  # the next tab below (80 columns: one word)
         Binding("ctrl+g", "show_tab('issues')", "Issues", show=False, id="selection.issues", priority=True),
+        Binding("escape", "leave_spec", "Leave the spec box", show=False, id="selection.leave_spec"),
     ]
+
+    HOME = "#keep-table"
 
     def compose(self) -> ComposeResult:
         yield from self.compose_header()
         with Vertical(id="selection-body"):
             with Horizontal(id="selection-top"):
                 yield Static("", id="selection-summary")
-                yield Input(placeholder="keep spec, e.g. 0,6-7  (Enter applies)", id="spec")
+                yield Input(placeholder="spec 0,6-7 (Enter applies)", id="spec")
             yield Static("", id="needed-line")
             yield DataTable(id="keep-table", cursor_type="row", zebra_stripes=True)
             with TabbedContent(initial="issues", id="selection-tabs"):
@@ -68,7 +77,7 @@ class SelectionScreen(WizardScreen):
             self.replan()
         else:
             self.show_plan(st.plan)
-        self.query_one("#keep-table", DataTable).focus()
+        focus_now(self.query_one("#keep-table", DataTable))
 
     # --- plan in a worker: never block the UI ------------------------------------------
     @work(thread=True, exclusive=True, group="plan", exit_on_error=False)
@@ -80,6 +89,9 @@ class SelectionScreen(WizardScreen):
     def _planned(self, plan) -> None:
         self.app.state.plan = plan
         self.show_plan(plan)
+        shown = self.app.screen
+        if shown is not self and isinstance(shown, WizardScreen) and shown.id in ("budget", "output") and shown.is_mounted:
+            shown.refresh_view()  # left before the plan was made (a step key right after Enter): its figures follow
         if not plan.errors:
             self.app.check_plan(plan)
 
@@ -120,25 +132,15 @@ class SelectionScreen(WizardScreen):
                 style = {"exact": "green", "mismatch": "bold red"}.get(check.status, "dim")
                 status.append(f" · transformers: {check.status}", style=style)
         if errors:
-            status.append(f" · ✗ {errors} blocking", style="bold red")
+            status.append(f" · ✗{errors} blocking", style="bold red")
         if warnings:
-            status.append(f" · ⚠ {warnings}", style="yellow")
+            status.append(f" · ⚠{warnings}", style="yellow")  # one word: the count never wraps away
         self.query_one("#selection-summary", Static).update(status)
         spec = self.query_one("#spec", Input)
         if plan.auto.get("text") and not spec.has_focus:
             spec.value = ""  # the automatic set: a spec typed earlier no longer applies
 
-        issues = Text()
-        for i in plan.issues:
-            issues.append(("✗ " if i.level == "error" else "⚠ ") + i.message + "\n", style="bold red" if i.level == "error" else "yellow")
-            if i.fix:
-                issues.append(f"   fix: {i.fix}\n", style="dim")
-        for c in plan.omitted:
-            issues.append(f"⚠ not covered: {c.submodel} {c.kind} ({shown_bytes(c.bytes_dropped)})\n", style="yellow")
-        blocker = self.app.state.weights_blocker() if self.app.state.plan is plan else None
-        if blocker:  # a partial download: real weights cannot be written for this selection
-            issues.append(f"⚠ real weights: {blocker}\n", style="yellow")
-        self.query_one("#issues-view", Static).update(issues if issues.plain else Text("✓ no warnings", style="green"))
+        self._show_issues(plan)
 
         cov = Table(box=None, pad_edge=False, expand=True)
         for col in ("", "kind", "kept", "request"):
@@ -163,6 +165,20 @@ class SelectionScreen(WizardScreen):
             diff.add_row(field, Text(short_value(e.before), style="red"), Text(short_value(e.after), style="green"))
         self.query_one("#diff-view", Static).update(diff if plan.edits else "no field changes")
         self._show_needed(plan)
+
+    def _show_issues(self, plan) -> None:
+        issues = Text()
+        for i in plan.issues:
+            message = in_wizard_terms(i.message)  # the wizard's keys, not the CLI's flags
+            issues.append(("✗ " if i.level == "error" else "⚠ ") + message + "\n", style="bold red" if i.level == "error" else "yellow")
+            if i.fix:
+                issues.append(f"   fix: {in_wizard_terms(i.fix)}\n", style="dim")
+        for c in plan.omitted:
+            issues.append(f"⚠ not covered: {c.submodel} {c.kind} ({shown_bytes(c.bytes_dropped)})\n", style="yellow")
+        blocker = self.app.state.weights_blocker() if self.app.state.plan is plan else None
+        if blocker:  # a partial download: real weights cannot be written for this selection
+            issues.append(f"⚠ real weights: {blocker}\n", style="yellow")
+        self.query_one("#issues-view", Static).update(issues if issues.plain else Text("✓ no warnings", style="green"))
 
     def _show_needed(self, plan) -> None:
         """The source shards a real-weight trim of this selection reads (only for a source cut
@@ -234,11 +250,20 @@ class SelectionScreen(WizardScreen):
         plan = self.app.state.plan
         if plan is not None and not spec.value:
             spec.value = ",".join(map(str, plan.kept.get("text", [])))
-        spec.focus()
+        focus_now(spec)
+
+    def action_next_tab(self) -> None:
+        tabs = self.query_one("#selection-tabs", TabbedContent)
+        shown = [t for t in TABS if tabs.get_tab(t).display]
+        at = shown.index(tabs.active) if tabs.active in shown else -1
+        self.action_show_tab(shown[(at + 1) % len(shown)])
+
+    def action_leave_spec(self) -> None:
+        focus_now(self.query_one("#keep-table", DataTable))
 
     def action_show_tab(self, tab: str) -> None:
         self.query_one("#selection-tabs", TabbedContent).active = tab
-        self.query_one("#keep-table", DataTable).focus()
+        focus_now(self.query_one("#keep-table", DataTable))
 
     @on(Input.Submitted, "#spec")
     def _apply_spec(self, event: Input.Submitted) -> None:
@@ -250,5 +275,5 @@ class SelectionScreen(WizardScreen):
         except SelectionError as exc:
             self.app.show_error("Keep spec", str(exc))
             return
-        self.query_one("#keep-table", DataTable).focus()
+        focus_now(self.query_one("#keep-table", DataTable))
         self.replan()

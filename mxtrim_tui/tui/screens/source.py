@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 from textual import events, on, work
@@ -20,8 +21,8 @@ from textual.widgets.option_list import Option
 from ...core.read.source import COMPLETE, FileKind
 from ...core.units import human_bytes, shown_bytes
 from ..settings import load_recent
-from .base import WizardScreen
-from .workspace import ExampleDialog, cut_middle, fill_table
+from .base import WizardScreen, focus_now
+from .workspace import ExampleDialog, cut_middle, fill_table, output_plan, plan_selection
 
 
 class PathSuggester(Suggester):
@@ -128,7 +129,7 @@ class SourceScreen(WizardScreen):
         "`mxtrim examples` lists them): mode, layers kept, whether the source is still there, the "
         "last validation and the problems found. Ctrl+O goes to the list; Enter opens a model: its "
         "plan, problems, last validation and launch scripts (shown, never run), with `u` to read "
-        "its source (as if typed in the path box, then on to the next step) and `v` to validate "
+        "its source with the output's plan (its layers, MTP and mode; then on to the next step) and `v` to validate "
         "it again (the validate dialog, then the run step)."
     )
     BINDINGS = [
@@ -139,6 +140,8 @@ class SourceScreen(WizardScreen):
         Binding("ctrl+o", "focus_workspace", "Workspace", id="source.focus_workspace", show=False),
     ]
 
+    HOME = "#tree"
+
     def __init__(self, tree_root: Path | None = None) -> None:
         super().__init__()
         self.tree_root = tree_root or Path.cwd()
@@ -147,6 +150,7 @@ class SourceScreen(WizardScreen):
         self._workspace_scan: tuple | None = None  # (folder, examples, why none) last shown
         self._workspace_stamp: tuple | None = None  # the folder as it was when last scanned
         self._workspace_note = ""
+        self._failure: Text | None = None  # the last read, when it failed
 
     def compose(self) -> ComposeResult:
         yield from self.compose_header()
@@ -174,6 +178,10 @@ class SourceScreen(WizardScreen):
         self.query_one("#workspace", DataTable).display = False
         self.query_one("#path", Input).focus()
 
+    def leave_text_boxes(self) -> None:
+        if self.app.state.inventory is not None:  # before a source is read, the path box is the step
+            super().leave_text_boxes()
+
     def _show_recent(self) -> None:
         """The recent sources as remembered now (a source read in this session comes first)."""
         recent = self.query_one("#recent", OptionList)
@@ -189,25 +197,29 @@ class SourceScreen(WizardScreen):
         st = self.app.state
         summary = self.query_one("#summary", Static)
         if st.inventory is not None:
-            summary.update(source_summary(st.inventory))
+            shown = source_summary(st.inventory)
+            # a later read that failed stays said above what is still loaded
+            summary.update(Group(self._failure, shown) if self._failure is not None else shown)
             path = self.query_one("#path", Input)
             if not path.value:
                 path.value = str(st.source_path)
             if path.has_focus:
                 # a source is read: leave the text box, so that digits jump and ^n goes on
-                self.query_one("#tree", ModelTree).focus()
+                focus_now(self.query_one("#tree", ModelTree))
             if self._advance_to is not None and self._advance_to == st.source_path:
                 self._advance_to = None
                 self.app.action_next_step()
 
     def show_loading(self, path: Path) -> None:
+        self._failure = None
         if self.is_mounted:
             self.query_one("#summary", Static).update(Text(f"Reading {path} …", style="italic"))
 
     def show_failure(self, message: str) -> None:
         self._advance_to = None
+        self._failure = Text("✗ " + message, style="bold red")
         if self.is_mounted:
-            self.query_one("#summary", Static).update(Text("✗ " + message, style="bold red"))
+            self.query_one("#summary", Static).update(self._failure)
 
     @on(Input.Submitted, "#path")
     def _submit(self, event: Input.Submitted) -> None:
@@ -234,18 +246,18 @@ class SourceScreen(WizardScreen):
             self.app.load_source(event.path)
 
     def action_focus_path(self) -> None:
-        self.query_one("#path", Input).focus()
+        focus_now(self.query_one("#path", Input))
 
     def action_focus_recent(self) -> None:
-        self.query_one("#recent", OptionList).focus()
+        focus_now(self.query_one("#recent", OptionList))
 
     def action_focus_tree(self) -> None:
-        self.query_one("#tree", ModelTree).focus()
+        focus_now(self.query_one("#tree", ModelTree))
 
     def action_focus_workspace(self) -> None:
         table = self.query_one("#workspace", DataTable)
         if table.display:
-            table.focus()
+            focus_now(table)
         else:
             self.notify(self._workspace_note or "the workspace is still being read", timeout=4)
 
@@ -307,13 +319,18 @@ class SourceScreen(WizardScreen):
 
         example = self.examples.get(event.row_key.value)
         if example is not None:  # its plan and scripts read now, for the one opened
-            self.app.push_screen(ExampleDialog(example, example_details(example)), lambda choice: self._example_chosen(example, choice))
+            details = dict(example_details(example), output_plan=output_plan(example))
+            self.app.push_screen(ExampleDialog(example, details), lambda choice: self._example_chosen(example, details, choice))
 
-    def _example_chosen(self, example, choice: str | None) -> None:
+    def _example_chosen(self, example, details: dict, choice: str | None) -> None:
         if choice == "use":
-            # exactly what typing the path and Enter does; once it is read, on to the next step
+            # what typing the path and Enter does, with the layers, MTP and mode the output was
+            # written with (not the automatic set); once it is read, on to the next step
             path_box = self.query_one("#path", Input)
             path_box.value = example.source["path"]
-            self._advance_to = self._read_typed(path_box.value)
+            value = path_box.value.strip()
+            if value:
+                self._advance_to = Path(os.path.expanduser(value))
+                self.app.load_source(self._advance_to, plan_selection(details.get("output_plan")))
         elif choice == "validate":
             self.app.validate_output(Path(example.path))

@@ -13,7 +13,7 @@ from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Checkbox, Input, Label, Static
 
@@ -21,6 +21,7 @@ from ...core.errors import InputError
 from ...core.user_settings import get_setting
 from ...core.validate.run import read_output
 from ...core.validate.locate import SETTING, VllmNotFound, VllmPython, find_vllm_python
+from .base import TailInput
 
 
 @dataclass
@@ -54,18 +55,22 @@ class ValidateDialog(ModalScreen["ValidateRequest | None"]):
         super().__init__()
         self.initial_output = str(output) if output else ""
         self.found: VllmPython | None = None
+        self.found_for: str | None = None  # the interpreter box's text ``found`` answers
         self.not_found = ""
         self.plan: dict | None = None
+        self._speculative_chosen = False  # the user ticked or cleared it: their choice stays
 
     def compose(self) -> ComposeResult:
-        with Vertical(id="validate-box"):
+        # scrolls when the terminal is short (80×24): focusing Start brings it into view
+        with VerticalScroll(id="validate-box"):
             yield Static("[b]Validate an output[/]", id="validate-title")
             yield Label("Output directory")
-            yield Input(self.initial_output, id="validate-output")
+            yield TailInput(self.initial_output, id="validate-output", compact=True)
             yield Static("", id="validate-output-note")
-            yield Label("vLLM interpreter, kept for next time ($MXTRIM_VLLM_PYTHON comes first when set; "
-                        "empty: a vllm on PATH, then this interpreter)")
-            yield Input(get_setting(SETTING) or "", id="validate-python", placeholder="e.g. ~/vllm-env/bin/python")
+            yield Label("vLLM interpreter (kept for next time)")
+            yield Input(get_setting(SETTING) or "", id="validate-python", placeholder="e.g. ~/vllm-env/bin/python", compact=True)
+            yield Static("$MXTRIM_VLLM_PYTHON comes first when set; empty: a vllm on PATH, then this interpreter",
+                         id="validate-python-rule")
             yield Static("looking for vLLM …", id="validate-found")
             yield Checkbox("start vllm serve (health, completion, chat, long input)", True, id="validate-serve")
             yield Checkbox("speculative decoding through the kept MTP layer", False, id="validate-speculative")
@@ -100,8 +105,15 @@ class ValidateDialog(ModalScreen["ValidateRequest | None"]):
         equiv.disabled = mode != "weights"
         if spec.disabled:
             spec.value = False
+        elif not self._speculative_chosen:
+            spec.value = True  # an MTP layer is kept: what it is kept for is checked too, unless cleared
         if equiv.disabled:
             equiv.value = False
+
+    @on(Checkbox.Changed, "#validate-speculative")
+    def _speculative_changed(self, event: Checkbox.Changed) -> None:
+        if event.checkbox.has_focus:  # the user's choice, not the one made for the output typed
+            self._speculative_chosen = True
 
     # --- vLLM ------------------------------------------------------------------------------
     @on(Input.Changed, "#validate-python")
@@ -121,7 +133,7 @@ class ValidateDialog(ModalScreen["ValidateRequest | None"]):
     def _show_found(self, typed: str, found: VllmPython | None, why: str) -> None:
         if typed != self.query_one("#validate-python", Input).value:
             return  # typed on since: its own search follows
-        self.found, self.not_found = found, why
+        self.found, self.found_for, self.not_found = found, typed, why
         line = self.query_one("#validate-found", Static)
         if found is None:
             line.update(Text("✗ " + why, style="bold red"))
@@ -142,8 +154,13 @@ class ValidateDialog(ModalScreen["ValidateRequest | None"]):
         self.action_start()
 
     def action_start(self) -> None:
+        # what the boxes hold now (Ctrl+S may come right behind the last key typed)
+        self._check_output(self.query_one("#validate-output", Input).value)
         if self.plan is None:
             self.notify(self.query_one("#validate-output-note", Static).render().plain or "choose an output", severity="error")
+            return
+        if self.found_for != self.query_one("#validate-python", Input).value:
+            self.notify("still looking for vLLM (the interpreter typed)", severity="warning", timeout=4)
             return
         if self.found is None:
             self.notify(self.not_found or "still looking for vLLM", severity="error", timeout=8)

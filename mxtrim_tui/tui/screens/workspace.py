@@ -8,6 +8,8 @@ lines, never run) and answers with what the user chose: "use" (its source), "val
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from rich.table import Table
 from rich.text import Text
 from textual import on
@@ -86,9 +88,59 @@ def fill_table(table: DataTable, examples: list, width: int) -> None:
     table.styles.height = 1 + min(len(examples), LIST_ROWS)
 
 
-def _kept_line(details: dict, layers: int | None) -> str:
+def output_plan(example) -> dict | None:
+    """The plan an mxtrim output was written from (its mxtrim-plan.json, as `mxtrim validate`
+    reads it), or None."""
+    if example.made_by != "mxtrim":
+        return None
+    from ...core.errors import InputError
+    from ...core.validate.run import read_output
+
+    try:
+        return read_output(Path(example.path))
+    except InputError:
+        return None
+
+
+def had_mtp(plan: dict | None) -> bool:
+    """The output's source had MTP / draft heads (kept, or dropped: its coverage lists them)."""
+    if not plan:
+        return False
+    coverage = plan.get("coverage") if isinstance(plan.get("coverage"), list) else []
+    return plan.get("mtp_kept") is True or any(isinstance(c, dict) and c.get("submodel") == "mtp" for c in coverage)
+
+
+def plan_selection(plan: dict | None) -> tuple[dict, bool | None, str | None]:
+    """(layers kept per submodel, MTP kept or not, mode) an output was written with: what `u`
+    loads with its source (a submodel chosen automatically stays automatic)."""
+    if not plan:
+        return {}, None, None
+    kept = plan.get("kept") if isinstance(plan.get("kept"), dict) else {}
+    auto = plan.get("auto") if isinstance(plan.get("auto"), dict) else {}
+    keep = {sub: tuple(idx) for sub, idx in kept.items()
+            if isinstance(idx, list) and idx and all(type(i) is int for i in idx) and not auto.get(sub)}
+    mtp = plan.get("mtp_kept") if had_mtp(plan) and isinstance(plan.get("mtp_kept"), bool) else None
+    mode = plan.get("mode") if plan.get("mode") in ("dummy", "weights") else None
+    return keep, mtp, mode
+
+
+def failed_checks(example) -> list[str]:
+    """The last validation's failed checks, each with the class of its failure."""
+    from ...core.validate.examples import last_run
+
+    run = last_run(Path(example.path)) or {}
+    found = []
+    for row in run.get("rows") or []:
+        if isinstance(row, dict) and row.get("status") == "failed":
+            verdict = row.get("verdict") if isinstance(row.get("verdict"), dict) else {}
+            found.append(f"{row.get('check')}" + (f" — {verdict['class']}" if verdict.get("class") else ""))
+    return found
+
+
+def _kept_line(details: dict, layers: int | None, mtp_known: bool = True) -> str:
     kept = ", ".join(f"{sub} {', '.join(map(str, idx)) or 'none'}" for sub, idx in details.get("kept", {}).items())
-    mtp = {True: " · MTP kept", False: " · MTP dropped"}.get(details.get("mtp_kept"), "")
+    # a model that never had MTP heads did not drop any
+    mtp = {True: " · MTP kept", False: " · MTP dropped"}.get(details.get("mtp_kept"), "") if mtp_known else ""
     count = "" if layers is None else f"{layers} layer{'s' * (layers != 1)}: "
     return count + (kept or "not recorded") + mtp + " (original numbers)"
 
@@ -99,6 +151,10 @@ def _validation_line(example) -> Text:
         return Text("never validated", style="dim")
     word, style = _verdict_word(v)
     line = Text(word, style=style)
+    if v.get("ok") is False:  # which check failed, and why (the class of the failure)
+        failed = failed_checks(example)
+        if failed:
+            line.append(": " + "; ".join(failed), style=style)
     line.append(f", started {v.get('started') or '?'}")
     versions = ", ".join(f"{k} {val}" for k, val in (v.get("versions") or {}).items() if val)
     if versions:
@@ -129,7 +185,8 @@ def details_table(example, details: dict) -> Table:
     t.add_row("folder", Text(example.path))
     if example.made_by == "mxtrim":
         t.add_row("made by", Text(f"mxtrim, from {details.get('model') or 'a model'}: {example.mode} output"))
-        t.add_row("kept", Text(_kept_line(details, example.layers)))
+        t.add_row("kept", Text(_kept_line(details, example.layers, had_mtp(details.get("output_plan", {}))
+                                          if "output_plan" in details else True)))
     else:
         t.add_row("made by", "hand (no mxtrim plan)")
         t.add_row("layers", "—" if example.layers is None else f"{example.layers} (config.json)")
@@ -160,7 +217,7 @@ class ExampleDialog(ModalScreen["str | None"]):
     """One example of the workspace: what it is, and what can be done with it."""
 
     BINDINGS = [
-        Binding("u", "answer('use')", "Use its source", id="example.use"),
+        Binding("u", "answer('use')", "Load its source and plan", id="example.use"),
         Binding("v", "answer('validate')", "Re-validate", id="example.validate"),
         Binding("escape", "answer(None)", "Close", id="example.close"),
     ]
@@ -179,7 +236,7 @@ class ExampleDialog(ModalScreen["str | None"]):
             with VerticalScroll(id="example-body"):
                 yield Static(details_table(e, self.details), id="example-details")
             with Horizontal(id="example-buttons"):
-                yield Button("Use its source (u)", id="example-use", variant="primary", disabled=not self.can_use)
+                yield Button("Load its plan (u)", id="example-use", variant="primary", disabled=not self.can_use)
                 yield Button("Re-validate (v)", id="example-validate", disabled=not self.can_validate)
                 yield Button("Close (Esc)", id="example-close")
 
