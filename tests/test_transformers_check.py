@@ -57,8 +57,8 @@ def test_a_rule_about_the_last_layer_is_refused_with_a_selection_that_works(tmp_
     src = make_source("gpt_neox_japanese", tmp_path / "src")
     r = run_cli("plan", str(src), "--keep", "0,1,4,5")
     assert r.returncode == 1
-    assert "output layer 3 differs from source layer 5" in r.stdout
-    assert "--keep 0-1,4-5,7 builds exactly" in r.stdout
+    assert "output layer 3 differs from source layer 5" in r.stderr  # the one error line
+    assert "--keep 0-1,4-5,7 builds exactly" in r.stderr
     assert run_cli("plan", str(src), "--keep", "0-1,4-5,7").returncode == 0
 
 

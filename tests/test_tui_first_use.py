@@ -24,7 +24,7 @@ def private_config(tmp_path, monkeypatch):
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory):
-    return build_demo(tmp_path_factory.mktemp("demo") / "demo")
+    return build_demo(tmp_path_factory.mktemp("demo") / "demo", "fp8")  # the block-FP8 demo: its TP rules
 
 
 def flat(widget) -> str:

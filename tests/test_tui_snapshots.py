@@ -74,6 +74,9 @@ def make_app(demo, monkeypatch):
     monkeypatch.setattr("mxtrim_tui.core.write.report.environment", pinned_environment)
     monkeypatch.setattr("mxtrim_tui.core.checks.plan_outcome.judge_record", pinned_judge)
     monkeypatch.setattr("mxtrim_tui.core.checks.judge.judge_record", pinned_judge)
+    # the vLLM validation will use, as the report names it: pinned too (its path is this machine's)
+    monkeypatch.setattr("mxtrim_tui.core.probe.environment.validation_environment",
+                        lambda: {"python": "/opt/env/bin/python", "origin": "$MXTRIM_VLLM_PYTHON", "version": "1.0"})
     # verdicts remembered by the snapshot tests alone: one the suite's other tests stored for the
     # same plan names the real judge
     monkeypatch.setenv("XDG_CACHE_HOME", str(FIXTURES / "cache"))
