@@ -489,14 +489,18 @@ def _tmp(path: Path) -> Path:
     return path.with_name(f".{path.name}.{os.getpid()}.tmp")
 
 
+def _write_synced(tmp: Path, data: bytes) -> None:
+    with open(tmp, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
 def _write_new(path: Path, data: bytes) -> None:
     """A new file at ``path``, never over one that appeared meanwhile."""
     tmp = _tmp(path)
     try:
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
+        _write_synced(tmp, data)
         os.link(tmp, path)
     except FileExistsError:
         raise InputError(path, "appeared while the entry was being written; nothing appended (run it again)") from None
@@ -513,10 +517,7 @@ def _replace(path: Path, old: bytes, data: bytes) -> None:
 
     tmp = _tmp(path)
     try:
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
+        _write_synced(tmp, data)
         shutil.copymode(path, tmp)
         with open(path, "rb") as fh:
             if fh.read(len(old) + 1) != old:
