@@ -106,6 +106,7 @@ def versions(python: str) -> dict:
         return {"python": python, "transformers": None, "torch": None, "origin": None}
 
 
+@lru_cache(maxsize=1)
 def _versions_here() -> dict:
     import importlib.metadata as md
     import importlib.util
