@@ -139,6 +139,41 @@ async def test_v_after_validating_a_workspace_output_offers_that_output_and_spec
         assert app.screen.query_one("#validate-output", Input).value == str(output)
 
 
+@pytest.mark.asyncio
+async def test_v_right_after_a_write_exits_waits_for_what_was_written(tmp_path, workspace, monkeypatch):
+    """Seen in a terminal: `v` pressed as the trim's process had exited, before its result was
+    read, opened the dialog with an empty output box (and Ctrl+S there started nothing)."""
+    import sys
+
+    from mxtrim_tui.tui.screens.run import RunScreen
+
+    demo, plain_demo, ws = workspace
+    output = ws / MODELS / "with-mtp"
+    held = []
+    handle = RunScreen.on_child_exited
+    monkeypatch.setattr(RunScreen, "on_child_exited", lambda self, message: held.append(message))
+    app = wizard(tmp_path, ws, demo)
+    async with app.run_test(size=(80, 24)) as pilot:
+        assert await wait_for(pilot, lambda: app.state.plan is not None)
+        await pilot.press("6")
+        await settle(app, pilot)
+        run = app.screen
+        # a real child that answers as `trim --json` does and exits
+        answer = json.dumps({"output": str(output), "files": ["config.json"]})
+        run.start([sys.executable, "-c", f"print({answer!r})"], kind="trim")
+        assert await wait_for(pilot, lambda: held)
+        assert run.process.poll() is not None  # exited; its answer not yet read
+        await pilot.press("v")
+        await settle(app, pilot)
+        assert app.screen is run  # not a dialog that does not know the output
+        handle(run, held[0])
+        await pilot.press("v")
+        await settle(app, pilot)
+        assert isinstance(app.screen, ValidateDialog)
+        assert app.screen.query_one("#validate-output", Input).value == str(output)
+        assert "dummy output" in plain(app.screen.query_one("#validate-output-note"))
+
+
 # --- items 12, 13: the loaded model is named; a failed load says what stays ---------------------
 
 @pytest.mark.asyncio

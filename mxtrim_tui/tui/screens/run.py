@@ -136,17 +136,23 @@ class RunScreen(WizardScreen):
     def running(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
+    @property
+    def busy(self) -> bool:
+        """A run is starting, running, or has exited with its result not yet read: `v`, `Ctrl+S`
+        and a new start wait until what it wrote is known (the dialog offers that output)."""
+        return self._starting or self.process is not None
+
     def check_action(self, action: str, parameters: tuple) -> bool | None:
         # Escape is "Cancel" while a child runs and "Back" otherwise; the footer shows the one
         # that applies
         if action == "cancel":
-            return self.running or self._starting
+            return self.busy
         if action == "validate":
-            return not (self.running or self._starting)
+            return not self.busy
         if action == "copy_command":
             return bool(self.serve_command)
         if action == "back":
-            return not (self.running or self._starting)
+            return not self.busy
         return True
 
     def action_back(self) -> None:
@@ -170,7 +176,7 @@ class RunScreen(WizardScreen):
 
     def action_validate(self) -> None:
         """The validate dialog: which output, which vLLM, which checks; nothing starts without vLLM."""
-        if self.running or self._starting:
+        if self.busy:
             return
         from .validate_dialog import ValidateDialog
 
@@ -194,7 +200,7 @@ class RunScreen(WizardScreen):
         self.start(argv, kind="validate")
 
     def start(self, argv: list[str], kind: str = "trim") -> None:
-        if self.running:
+        if self.busy:
             self.notify("a run is already in progress", severity="warning")
             return
         self.kind = kind
@@ -224,7 +230,12 @@ class RunScreen(WizardScreen):
     @work(thread=True, exclusive=True, group="run", exit_on_error=False)
     def _run(self, argv: list[str]) -> None:
         env = dict(os.environ, PYTHONUNBUFFERED="1")
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+        try:
+            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+        except OSError as exc:  # the interpreter went away: said, and the step is free again
+            self.post_message(ChildLine("stderr", f"mxtrim: error: cannot start {argv[0]}: {exc}"))
+            self.post_message(ChildExited(127, "", False))
+            return
         self.process = proc
         self._starting = False
         # a validation stops its server before it exits: give it the time to
