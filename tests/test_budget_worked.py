@@ -191,6 +191,39 @@ def test_expert_parallelism_is_offered_only_where_routed_experts_alone_fail_to_s
     assert "shared_experts" in tp64 and tp64.endswith("fix: a smaller TP")
 
 
+def test_with_only_the_config_expert_parallelism_is_offered_only_for_routed_experts(sparse, tmp_path):
+    """No tensors to read (a config-only download): the config's widths decide, and EP is the
+    fix only when the routed experts' width alone fails; the shared experts' width (two shared
+    experts of 2048) and a kept dense MLP are split under EP too."""
+    import shutil
+
+    from synth.layouts.deepseek import FP8_BLOCK, _build, _v3_config
+
+    def config_only(name, **cfg):
+        layout = _build("deepseek_v3", {**_v3_config(), **cfg}, lin=FP8_BLOCK, norm_dtype="BF16", bias_dtype="F32",
+                        max_shard_bytes=4_250_000_000, num_layers=None, num_experts=None, hidden_size=None,
+                        intermediate_size=None, moe_intermediate_size=None, vocab_size=None, num_attention_heads=None,
+                        q_lora_rank=None, kv_lora_rank=None, first_k_dense_replace=None, num_nextn_predict_layers=None)
+        folder = tmp_path / name
+        folder.mkdir()
+        shutil.copy(sparse(name, layout) / "config.json", folder)
+        return folder
+
+    one = config_only("v3_one_shared", n_shared_experts=1)
+    # MoE layers only: 2048 / 32 = 64 is not whole 128-blocks, for routed and the one shared expert
+    moe_only = check_parallelism(plan_for(one, ["3,4"], mtp=False), BudgetInputs(tp=32))["tp"]
+    assert "moe_intermediate_size 2048 / TP=32 = 64" in moe_only and "shared experts' width 2048 / TP=32 = 64" in moe_only
+    assert "intermediate_size 18432" not in moe_only and moe_only.endswith("fix: a smaller TP")
+    # two shared experts (4096 / 32 = 128): the routed experts alone fail, which EP fixes
+    two = config_only("v3_two_shared", n_shared_experts=2)
+    routed = check_parallelism(plan_for(two, ["3,4"], mtp=False), BudgetInputs(tp=32))["tp"]
+    assert "shared" not in routed and routed.endswith("fix: a smaller TP, or expert parallelism")
+    assert check_parallelism(plan_for(two, ["3,4"], mtp=False), BudgetInputs(tp=32, expert_parallel=True)) == {}
+    # a dense layer kept: 18432 / 32 = 576 fails as well, and EP leaves it split
+    dense = check_parallelism(plan_for(two, ["0,3"], mtp=False), BudgetInputs(tp=32))["tp"]
+    assert "intermediate_size 18432 / TP=32 = 576" in dense and dense.endswith("fix: a smaller TP")
+
+
 def test_a_dummy_output_is_predicted_as_vllm_serves_it(sparse, tmp_path):
     """A dummy output holds no weights: its prediction is its source's kept tensors as served —
     the MTP layer only with speculative decoding (vLLM loads no MTP weights without it), plus

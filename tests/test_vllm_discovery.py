@@ -175,6 +175,8 @@ def test_no_vllm_anywhere_starts_nothing(envs, output, tmp_path):
     assert proc.returncode == 1
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("mxtrim: error: vLLM not found; tried") and "Traceback" not in proc.stderr
+    # a newcomer in a checkout is told the one command that gets vLLM
+    assert "In this checkout, `make vllm` installs vLLM's CPU build into .venv-vllm" in lines[0]
     # nothing started, nothing recorded
     assert not (output / "logs").exists() and (history.read_text() if history.exists() else None) == before
 

@@ -24,14 +24,17 @@ def make_app(tmp_path, source, **kw):
 BACKGROUND_GROUPS = {"_loader"}
 
 
-async def settle(app, pilot, extra: float = 0.05) -> None:
-    """Wait until every finite worker is done and the screen has refreshed."""
-    for _ in range(50):
-        busy = [w for w in app.workers if w.group not in BACKGROUND_GROUPS and not w.is_finished]
-        if not busy:
-            break
-        await app.workers.wait_for_complete(busy)
-    await pilot.pause(extra)
+async def settle(app, pilot, extra: float = 0.05, rounds: int = 3) -> None:
+    """Wait until every finite worker is done and the screen has refreshed, for a few rounds:
+    a handled key posts messages (Changed, a worker's answer) that post their own, and on a
+    loaded machine one round ends before the chain does."""
+    for _ in range(rounds):
+        for _ in range(50):
+            busy = [w for w in app.workers if w.group not in BACKGROUND_GROUPS and not w.is_finished]
+            if not busy:
+                break
+            await app.workers.wait_for_complete(busy)
+        await pilot.pause(extra)
     for inp in app.screen.query(Input):
         inp.cursor_blink = False
 

@@ -409,20 +409,32 @@ def _quantized_split_problems(plan: TrimPlan, cfg: dict, tp: int, has_moe: bool,
         # they are all that fails to split
         ep_helps = has_moe and not expert_parallel and all(kind == EXPERT for _, kind in found)
         return [line for line, _ in found] + ([f"fix: a smaller TP{', or expert parallelism' if ep_helps else ''}"] if found else [])
-    problems = []
-    sizes = [("intermediate_size", first_int(cfg, "intermediate_size"))]
-    if has_moe and not expert_parallel:
-        sizes.append(("moe_intermediate_size", first_int(cfg, "moe_intermediate_size", "expert_intermediate_size")))
+    # no tensors to read: the config's MLP widths, each with whether expert parallelism (whole
+    # routed experts per rank) would take it out of the split
+    dense_kept = not has_moe or any(not m.kind.experts for m in plan.mappings)
+    sizes = [("intermediate_size", first_int(cfg, "intermediate_size") if dense_kept else None, False)]
+    moe_width = first_int(cfg, "moe_intermediate_size", "expert_intermediate_size")
+    if has_moe:
+        sizes.append(("moe_intermediate_size", moe_width, True))
+        shared = first_int(cfg, "shared_expert_intermediate_size")
+        n_shared = first_int(cfg, "n_shared_experts", "num_shared_experts")
+        if shared or (n_shared and moe_width):
+            sizes.append(("shared experts' width" if not shared else "shared_expert_intermediate_size",
+                          shared or n_shared * moe_width, False))
     block = _quant_block(plan)
-    for field_name, size in sizes:
-        if not size:
+    found: list[tuple[str, bool]] = []
+    for field_name, size, routed in sizes:
+        if not size or (routed and expert_parallel):
             continue
         if size % tp:
-            problems.append(f"TP={tp} does not divide {field_name} {size}")
+            found.append((f"TP={tp} does not divide {field_name} {size}", routed))
         elif block and tp > 1 and (size // tp) % block[1]:
-            problems.append(f"{field_name} {size} / TP={tp} = {size // tp} is not divisible by the quantization "
-                            f"{block[0]} {block[1]} (fix: a smaller TP" + (", or expert parallelism)" if field_name.startswith("moe") else ")"))
-    return problems
+            found.append((f"{field_name} {size} / TP={tp} = {size // tp} is not divisible by the quantization "
+                          f"{block[0]} {block[1]}", routed))
+    if not found:
+        return []
+    ep_helps = not expert_parallel and all(routed for _, routed in found)
+    return [line for line, _ in found] + [f"fix: a smaller TP{', or expert parallelism' if ep_helps else ''}"]
 
 
 def _fp8_block(plan: TrimPlan) -> tuple[int, int] | None:

@@ -186,4 +186,13 @@ def find_vllm_python(explicit: str | None = None, setting: str | None = None, *,
     if doc is not None:
         return _found(current, "this interpreter", doc)
     tried.append(f"this interpreter ({current}): {why}")
-    raise VllmNotFound(None, "vLLM not found; tried " + "; ".join(tried) + f". {HOW}")
+    raise VllmNotFound(None, "vLLM not found; tried " + "; ".join(tried) + f". {_how(local)}")
+
+
+def _how(local: list[tuple[str, str]]) -> str:
+    """What to do: in a checkout whose ``.venv-vllm`` is missing, ``make vllm`` comes first."""
+    root = checkout_root()
+    if root is not None and any(python == str(root / VENV / "bin" / "python") and not os.path.lexists(python)
+                                for python, _ in local):
+        return f"In this checkout, `make vllm` installs vLLM's CPU build into {VENV} (a few minutes, once); or {HOW}"
+    return HOW[0].upper() + HOW[1:]
