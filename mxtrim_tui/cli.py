@@ -231,17 +231,22 @@ def cmd_inspect(args) -> int:
 
 
 def _plan(request):
+    return _plan_check(request).result()
+
+
+def _plan_check(request):
+    """The plan of ``request``, its transformers check started: in a child process (torch's
+    memory goes back with it), or the verdict kept for these very inputs. ``.plan`` is the
+    plan unchecked, ``.result()`` the checked one."""
     from .core.model.inventory import build_inventory
     from .core.plan.build import Selection, build_plan
     from .core.read.source import open_source
 
-    from .core.checks.plan_outcome import checked_plan_cached
+    from .core.checks.plan_outcome import start_plan_check
 
     inv = build_inventory(open_source(request.source))
     plan = build_plan(inv, Selection.parse(request.keep_list, request.mtp))
-    # checked against transformers in a child process (torch's memory goes back with it),
-    # or from the verdict kept for these very inputs
-    return checked_plan_cached(plan, force=request.force, request=request)
+    return start_plan_check(plan, force=request.force, request=request)
 
 
 def _serve_raw(args) -> dict[str, str]:
@@ -382,23 +387,44 @@ def cmd_trim(args) -> int:
     if request.mode is None:
         raise UsageError("mxtrim trim: error: --mode is required (dummy or weights) unless the plan file names it")
     raw = request.serve
-    plan = _plan(request)
-    serve = _serve_inputs(plan, raw)
     from .core.plan.blockers import write_blockers
 
+    pending = _plan_check(request)
+    plan = pending.plan
+    serve = _serve_inputs(plan, raw)
+    # A real-weight trim copies while transformers checks the plan: the copy starts on the
+    # plan as built, and is kept only if the checked plan writes the same tensors and can be
+    # written (core/write/weights_writer.py); otherwise it runs as below on the checked plan.
+    alongside = request.mode == "weights" and pending.pending and not write_blockers(plan, serve, request.mode, request.repo)
+    if not alongside:
+        plan = pending.result()
+        serve = _serve_inputs(plan, raw)
     blocking = write_blockers(plan, serve, request.mode, request.repo)
     if blocking:
-        if args.json:
-            json.dump(plan_to_json(plan) | {"output": None}, sys.stdout, indent=2)
-            sys.stdout.write("\n")
-        print(_blocking_line(blocking, "; nothing written"), file=sys.stderr)
-        return 1
+        return _refuse_blocked(args, plan, blocking)
     out = request.out if request.out is not None else default_output_dir(plan, args.workspace.resolve(), request.mode)
-    if args.batched_test_config is not None:  # refused now rather than after the write
-        from .core.write.batched_test_entry import check_config
+    from .core.write.batched_test_entry import check_config
+    from .core.write.weights_writer import PlanChanged
 
+    if args.batched_test_config is not None:  # refused now rather than after the write
         check_config(args.batched_test_config, [Path(os.path.abspath(out)).name])
-    result = _write(args, request, plan, out, serve)
+    try:
+        result = _write(args, request, plan, out, serve, pending if alongside else None)
+    except PlanChanged as changed:
+        # the check made the plan another (an automatic selection widened) or blocked it: the
+        # copy is gone, and the trim runs as it would have run had the check come first
+        plan = changed.plan
+        serve = _serve_inputs(plan, raw)
+        blocking = write_blockers(plan, serve, request.mode, request.repo)
+        if blocking:
+            return _refuse_blocked(args, plan, blocking)
+        if request.out is None:
+            out = default_output_dir(plan, args.workspace.resolve(), request.mode)
+            if args.batched_test_config is not None:
+                check_config(args.batched_test_config, [Path(os.path.abspath(out)).name])
+        result = _write(args, request, plan, out, serve)
+    if getattr(result, "plan", None) is not None:
+        plan = result.plan  # checked alongside the copy
     harness = _append_harness_entry(args.batched_test_config, result.path) if args.batched_test_config is not None else None
     validation = None
     if args.validate or args.serve or args.equivalence:
@@ -412,6 +438,16 @@ def cmd_trim(args) -> int:
         print(f"mxtrim: error: {harness['error']}; the output was written (append its entry later: "
               f"mxtrim batched-test-entry {result.path} --config {args.batched_test_config})", file=sys.stderr)
     return 0 if (validation is None or validation[2]) and not (harness and "error" in harness) else 1
+
+
+def _refuse_blocked(args, plan, blocking: list[str]) -> int:
+    from .core.plan.plan_json import plan_to_json
+
+    if args.json:
+        json.dump(plan_to_json(plan) | {"output": None}, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    print(_blocking_line(blocking, "; nothing written"), file=sys.stderr)
+    return 1
 
 
 def _append_harness_entry(config: Path, output: Path) -> dict:
@@ -435,8 +471,9 @@ def _print_harness_text(appended: dict) -> None:
         print(f"batched_test: already in {appended['config']} (left as they are): {', '.join(appended['already_present'])}")
 
 
-def _write(args, request, plan, out: Path, serve):
-    """Write the output of ``plan`` at ``out`` (progress events on stderr with --progress)."""
+def _write(args, request, plan, out: Path, serve, plan_check=None):
+    """Write the output of ``plan`` at ``out`` (progress events on stderr with --progress);
+    ``plan_check``: the plan's transformers check, under way while a real-weight trim copies."""
     from .core.write.writer import write_dummy
 
     progress = _progress_printer() if args.progress else _leftover_notices
@@ -445,8 +482,13 @@ def _write(args, request, plan, out: Path, serve):
     if request.mode == "weights":
         from .core.write.weights_writer import write_weights
 
+        def accept(checked) -> bool:  # the checked plan is written only if it writes as the copied one
+            from .core.plan.blockers import write_blockers
+
+            return _serve_inputs(checked, request.serve) == serve and not write_blockers(checked, serve, request.mode, request.repo)
+
         result = write_weights(plan, out, max_shard_bytes=request.max_shard_bytes, progress=progress, serve=serve,
-                               hash_name=request.hash_name)
+                               hash_name=request.hash_name, plan_check=plan_check, accept=accept if plan_check is not None else None)
     else:
         result = write_dummy(plan, out, progress=progress, serve=serve)
     from .core.checks.child import CheckChild

@@ -91,32 +91,79 @@ def checked_plan_cached(plan: TrimPlan, *, force: bool = False, request: TrimReq
     """``checked_plan(plan, force=force)``, remembered. On a miss, with ``request`` (what
     ``plan`` was built from: the source, ``--keep`` specs and MTP choice) the check runs in a
     child process, which rebuilds the plan from it; without it, here."""
-    digest = plan_key(plan, force)
-    outcome = check_cache.load(KIND, digest)
-    if outcome is not None:
-        try:
-            return apply_outcome(plan, outcome)
-        except (KeyError, TypeError, ValueError):
-            outcome = None  # an entry of another shape: check again
-    if request is not None:
-        from .child import CheckChild
+    return start_plan_check(plan, force=force, request=request).result()
 
-        child = CheckChild.shared()
-        outcome = child.ask({"op": "plan", "source": str(request.source), "keep": request.keep_list, "mtp": request.mtp, "force": force})
-        if outcome is None:
-            failed = TransformersCheck(NOT_CHECKED, f"the check's process failed ({child.last_words()})",
-                                       judge=judge_record(child.judge))
-            return dataclasses.replace(plan, transformers_check=failed)
-        judge = judge_record(child.judge, outcome.pop("judge", None))
-    else:
-        from .transformers_plan import checked_plan
 
-        outcome = outcome_of(plan, checked_plan(plan, force=force))
-        judge = judge_record(Judge(sys.executable, "mxtrim's own"))
-    if outcome.get("check") is not None:
-        outcome["check"]["judge"] = judge
-    check_cache.store(KIND, digest, outcome)
-    return apply_outcome(plan, outcome)
+class PlanCheck:
+    """The plan check of one plan, asked now and answered later: the verdict remembered
+    (:mod:`.cache`) when there is one, else, with a ``request``, the question sent to the run's
+    check child (:mod:`.child`) at once, so that torch's import and the meta builds run while
+    the caller does something else (a real-weight trim copies). :meth:`result` gives what
+    :func:`checked_plan_cached` gives, and remembers the verdict."""
+
+    def __init__(self, plan: TrimPlan, force: bool = False, request: TrimRequest | None = None):
+        self.plan = plan
+        self.force = force
+        self.digest = plan_key(plan, force)
+        self.child = None
+        self.sent = False
+        self._checked: TrimPlan | None = None
+        outcome = check_cache.load(KIND, self.digest)
+        if outcome is not None:
+            try:
+                self._checked = apply_outcome(plan, outcome)
+            except (KeyError, TypeError, ValueError):
+                pass  # an entry of another shape: check again
+        if self._checked is None and request is not None:
+            from .child import CheckChild
+
+            self.child = CheckChild.shared()
+            self.sent = self.child.send({"op": "plan", "source": str(request.source), "keep": request.keep_list,
+                                         "mtp": request.mtp, "force": force})
+
+    @property
+    def known(self) -> bool:
+        """The verdict is at hand (remembered, or already received)."""
+        return self._checked is not None
+
+    @property
+    def pending(self) -> bool:
+        """The question is with the check child and its answer not read yet."""
+        return self._checked is None and self.child is not None
+
+    def result(self, interrupt=None) -> TrimPlan:
+        """The checked plan; waits for the child's answer (``interrupt()`` is called every
+        0.1 s meanwhile and may raise) or, without a child, checks here."""
+        if self._checked is not None:
+            return self._checked
+        plan = self.plan
+        if self.child is not None:
+            child = self.child
+            outcome = child.receive(interrupt=interrupt) if self.sent else None
+            if outcome is None:
+                failed = TransformersCheck(NOT_CHECKED, f"the check's process failed ({child.last_words()})",
+                                           judge=judge_record(child.judge))
+                self._checked = dataclasses.replace(plan, transformers_check=failed)
+                return self._checked
+            judge = judge_record(child.judge, outcome.pop("judge", None))
+        else:
+            from .transformers_plan import checked_plan
+
+            outcome = outcome_of(plan, checked_plan(plan, force=self.force))
+            judge = judge_record(Judge(sys.executable, "mxtrim's own"))
+        if outcome.get("check") is not None:
+            outcome["check"]["judge"] = judge
+        check_cache.store(KIND, self.digest, outcome)
+        self._checked = apply_outcome(plan, outcome)
+        return self._checked
+
+
+def start_plan_check(plan: TrimPlan, *, force: bool = False, request: TrimRequest | None = None) -> PlanCheck:
+    """The plan check of ``plan`` started now (see :class:`PlanCheck`): a caller that reads
+    the source early (the wizard, once a source is read) can start it there and take
+    :meth:`PlanCheck.result` later, or let a later :func:`checked_plan_cached` of the same
+    plan find the verdict in the cache."""
+    return PlanCheck(plan, force, request)
 
 
 def outcome_for_request(request: dict) -> dict:

@@ -36,7 +36,7 @@ import time
 from bisect import bisect_left
 from collections import Counter, deque
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..plan.disk_budget import DiskEstimate, check_free_space, estimate_from_extraction
@@ -94,6 +94,16 @@ class Cancelled(Exception):
     """The caller's cancel event was set (the wizard's Cancel); everything partial is removed."""
 
 
+class PlanChanged(Exception):
+    """The plan's transformers check, run alongside the copy, changed what is written (an
+    automatic selection widened) or made the plan unwritable (a mismatch, a blocking issue):
+    the copy was thrown away, nothing is written; ``plan`` is the checked plan."""
+
+    def __init__(self, plan: TrimPlan):
+        super().__init__("the plan's check changed the plan; nothing written")
+        self.plan = plan
+
+
 def _check_cancel(cancel) -> None:
     interrupts.check()
     if cancel is not None and cancel.is_set():
@@ -107,6 +117,8 @@ class WeightsWriteResult(WriteResult):
     structure: StructureResult
     copy_method: str  # "copy_file_range", "buffered" or "copy_file_range + buffered"
     seconds: dict  # stage -> seconds
+    # the plan written: the checked one when its check ran alongside the copy (``plan_check``)
+    plan: TrimPlan | None = field(default=None, kw_only=True)
 
 
 # --- accounting ---------------------------------------------------------------------------
@@ -524,6 +536,8 @@ def write_weights(
     cancel=None,
     serve=None,
     hash_name: str = DEFAULT_HASH,
+    plan_check=None,
+    accept=None,
 ) -> WeightsWriteResult:
     """Write the real-weight checkpoint of ``plan`` at ``out`` (which must not exist).
 
@@ -535,6 +549,13 @@ def write_weights(
     child process that runs while the copy does, unless the same planned output was checked
     before: :mod:`..checks.cache`). ``hash_name``: ``xxh3_128`` (the default) or ``sha256``,
     the digest every tensor's source and written ranges get.
+    ``plan_check`` (:class:`..checks.plan_outcome.PlanCheck`): ``plan`` is not checked
+    against transformers yet and its check is under way in the check child; the copy starts
+    on ``plan`` as it is and the verdict is taken once the copy is done, before anything else
+    is written. When the checked plan writes other tensors, has blocking errors, or
+    ``accept(checked)`` says no, everything is removed and :class:`PlanChanged` raised;
+    otherwise the checked plan (its config rewrite, issues and verdict) is the one written,
+    and the result's ``plan``.
     ``cancel``: a threading.Event another thread may set (a UI's Cancel button): the run
     stops at the next event (the script within 0.1 s) and raises :class:`Cancelled`, with
     everything partial removed — what Ctrl-C does in the CLI. ``serve`` (BudgetInputs): the
@@ -555,11 +576,18 @@ def write_weights(
     try:
         check = CopyCheck(plan, extraction, tmp, hash_name)
         script_tmp.write_bytes(utf8(script_text))
+        if plan_check is not None and not plan_check.known:
+            child = plan_check.child
+            emit({"event": "stage", "name": "check", "status": "start", "pid": child.proc.pid if child is not None else None})
         job = _start_structure(plan, extraction, structure, emit)
         t0 = time.monotonic()
         done = run_extraction_script(script_tmp, src.root, tmp, emit, cancel, hash_name, check.seen)
         timings["extract"] = time.monotonic() - t0
         script_tmp.unlink()
+        if plan_check is not None:
+            t0 = time.monotonic()
+            plan, job = _plan_verdict(plan, plan_check, accept, extraction, job, structure, emit, cancel)
+            timings["check"] = time.monotonic() - t0
 
         events, files, not_copied = _write_file_entries(plan, extraction, tmp, emit)
 
@@ -586,14 +614,15 @@ def write_weights(
         rename_into_place(tmp, out)
         emit({"event": "stage", "name": "write", "status": "done", "output": str(out)})
     except OSError as exc:
-        _stop_checks(check, job)
+        _stop_checks(check, job, plan_check)
         _remove_partial_output(tmp, script_tmp)
         raise write_failed(out, exc) from None
     except BaseException:
-        _stop_checks(check, job)
+        _stop_checks(check, job, plan_check)
         _remove_partial_output(tmp, script_tmp)
         raise
-    return WeightsWriteResult(out, files, not_copied, estimate, integrity, result, done.get("method", ""), timings, warnings=output_warnings(plan, out, files))
+    return WeightsWriteResult(out, files, not_copied, estimate, integrity, result, done.get("method", ""), timings,
+                              warnings=output_warnings(plan, out, files), plan=plan)
 
 
 def _write_manifest(tmp: Path, manifest: dict, hash_name: str) -> dict:
@@ -652,14 +681,19 @@ def _write_file_entries(plan: TrimPlan, extraction: Extraction, tmp: Path, emit)
     return events, files, not_copied
 
 
-def _start_structure(plan: TrimPlan, extraction: Extraction, structure: bool, emit) -> StructureJob | StructureResult:
+def _structure_request(plan: TrimPlan, extraction: Extraction) -> dict:
+    config = plan.new_documents.get("config.json", plan.inventory.source.config)
+    return planned_request(config, [(t.name, t.dtype, t.shape) for t in extraction.tensors], plan)
+
+
+def _start_structure(plan: TrimPlan, extraction: Extraction, structure: bool, emit, announce: bool = True) -> StructureJob | StructureResult:
     """The structure check of the planned output: its result when skipped or already known
     (:mod:`..checks.cache`), else its child process, started before the copy."""
-    emit({"event": "stage", "name": "structure", "status": "start"})
+    if announce:
+        emit({"event": "stage", "name": "structure", "status": "start"})
     if not structure:
         return not_checked("skipped (structure=False)")
-    config = plan.new_documents.get("config.json", plan.inventory.source.config)
-    request = planned_request(config, [(t.name, t.dtype, t.shape) for t in extraction.tensors], plan)
+    request = _structure_request(plan, extraction)
     digest = check_cache.key(STRUCTURE_KIND, request)
     known = check_cache.load(STRUCTURE_KIND, digest)
     if known is not None:
@@ -670,6 +704,25 @@ def _start_structure(plan: TrimPlan, extraction: Extraction, structure: bool, em
     job = StructureJob(request)
     job.cache_key = digest
     return job
+
+
+def _plan_verdict(plan: TrimPlan, plan_check, accept, extraction: Extraction, job, structure: bool, emit, cancel):
+    """The plan's transformers verdict, asked before the copy: (checked plan, structure job of
+    its output). Raises :class:`PlanChanged` when the checked plan is not the copied one's
+    (other tensors), blocks, or ``accept`` refuses it."""
+    checked = plan_check.result(interrupt=lambda: _check_cancel(cancel))
+    verdict = checked.transformers_check
+    emit({"event": "stage", "name": "check", "status": "done", "result": verdict.status if verdict else None,
+          "summary": verdict.summary if verdict else ""})
+    if checked.renames != plan.renames or checked.dropped != plan.dropped or checked.errors or (accept is not None and not accept(checked)):
+        raise PlanChanged(checked)
+    if structure and _structure_request(plan, extraction) != _structure_request(checked, extraction):
+        # the check rewrote the config (fields solved against transformers): the structure
+        # check asked before the copy judged another config; it is asked again
+        if isinstance(job, StructureJob):
+            job.result(interrupt=lambda: _check_cancel(cancel))  # the child answers in order
+        job = _start_structure(checked, extraction, structure, emit, announce=False)
+    return checked, job
 
 
 def _structure_stage(job: StructureJob | StructureResult, emit, cancel) -> StructureResult:
@@ -684,11 +737,13 @@ def _structure_stage(job: StructureJob | StructureResult, emit, cancel) -> Struc
     return result
 
 
-def _stop_checks(check: CopyCheck | None, job: StructureJob | StructureResult | None) -> None:
+def _stop_checks(check: CopyCheck | None, job: StructureJob | StructureResult | None, plan_check=None) -> None:
     if check is not None:
         check.stop()
     if isinstance(job, StructureJob):
         job.stop()
+    if plan_check is not None and plan_check.pending:
+        plan_check.child.close()  # its answer will not be read
 
 
 def _manifest(plan: TrimPlan, out: Path, done: dict, digests: dict, integrity: dict, result: StructureResult, rows: list[dict]) -> dict:
