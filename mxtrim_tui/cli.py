@@ -167,6 +167,12 @@ def _add_others(sub) -> None:
                     help="with several outputs: also those already validated with the same interpreter and versions")
     va.add_argument("--matrix", metavar="DIR", type=Path,
                     help="where validation-matrix.md / .json go (default: the --all folder, else the current directory)")
+    va.add_argument("--jobs", type=_jobs, default=1, metavar="N|auto",
+                    help="with several outputs: up to N servers side by side (auto: as many as the GPUs take), each on "
+                    "GPUs free of other workloads, small ones sharing a GPU by their --gpu-memory-utilization shares, "
+                    "never two profiling memory on one GPU at once (default 1: one after the other)")
+    va.add_argument("--gpu-memory-utilization", type=_share, metavar="F",
+                    help="the share of a GPU's memory each server may use, in (0, 1] (default: the output's serve settings)")
     validation_args(va)
     va.add_argument("--tp", type=int, default=1, metavar="N", help="tensor parallel size (default 1)")
     va.add_argument("--ep", "--enable-expert-parallel", dest="expert_parallel", action="store_true", default=None,
@@ -581,6 +587,25 @@ def _progress_printer():
 MAX_SHARD_LIMIT = 10**12
 
 
+def _jobs(text: str) -> int | None:
+    """``--jobs``: a count, or ``auto`` (None: as many as the GPUs take)."""
+    if text.strip().lower() == "auto":
+        return None
+    if text.strip().isdigit() and int(text) >= 1:
+        return int(text)
+    raise argparse.ArgumentTypeError(f"{text!r} is not a number of servers (1, 2, …) or auto")
+
+
+def _share(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a share of GPU memory in (0, 1]")
+    return value
+
+
 def parse_size(text: str) -> int:
     """'5GB' -> 5_000_000_000 (decimal units, as huggingface_hub); plain integers are bytes."""
     units = {"TB": 10**12, "GB": 10**9, "MB": 10**6, "KB": 10**3, "B": 1}
@@ -623,7 +648,9 @@ def _serve_options(args, out: Path, plan_doc: dict, vllm=None):
         probe = probe_gpus()
     serve = plan_doc.get("serve") or {}
     tp = int(getattr(args, "tp", None) or serve.get("tp") or 1)  # trim's --tp is text, already checked
-    choice = choose_devices(args.device, probe, count=tp, gpus=args.gpus)
+    from .core.validate.parallel import batch_pids
+
+    choice = choose_devices(args.device, probe, count=tp, gpus=args.gpus, neighbours=frozenset(batch_pids()))
     device = choice.device
     cpu = device == "cpu"
     if args.speculative and not plan_doc.get("mtp_kept"):
@@ -639,7 +666,8 @@ def _serve_options(args, out: Path, plan_doc: dict, vllm=None):
         tp=tp,
         expert_parallel=bool(getattr(args, "expert_parallel", None) or serve.get("expert_parallel")),
         max_model_len=int(getattr(args, "max_model_len", None) or (256 if cpu else serve.get("max_model_len") or 4096)),
-        gpu_memory_utilization=None if cpu else float(serve.get("gpu_memory_utilization") or DEFAULT_GPU_MEMORY_UTILIZATION),
+        gpu_memory_utilization=None if cpu else float(getattr(args, "gpu_memory_utilization", None)
+                                                      or serve.get("gpu_memory_utilization") or DEFAULT_GPU_MEMORY_UTILIZATION),
         kv_cache_memory_bytes=args.kv_cache_memory_bytes or (64 * 2**20 if cpu else None),
         dtype=cpu_serve_dtype(out) if cpu else None,
         attention_backend=cpu_attention_backend(out) if cpu else None,
@@ -819,13 +847,19 @@ def cmd_validate_many(args) -> int:
         doc = batch.matrix_document(rows, vllm.python, now, hand_made, complete)
         return doc, batch.write_matrix(folder, doc)
 
+    running: list[int] = []  # the rows being validated now
     try:
-        for i, out in enumerate(outputs):
-            rows[i] = _validate_one_of_many(args, out, vllm, now, f"[{i + 1}/{len(outputs)}]")
-            publish(False)
+        if getattr(args, "jobs", 1) == 1:
+            for i, out in enumerate(outputs):
+                running[:] = [i]
+                rows[i] = _validate_one_of_many(args, out, vllm, now, f"[{i + 1}/{len(outputs)}]")
+                publish(False)
+        else:
+            _validate_side_by_side(args, outputs, rows, vllm, now, lambda: publish(False), running)
     except KeyboardInterrupt:
-        if rows[i].state == batch.NOT_RUN:
-            rows[i].state = batch.INTERRUPTED
+        for i in running:
+            if rows[i].state == batch.NOT_RUN:
+                rows[i].state = batch.INTERRUPTED
         _, paths = publish(False)
         print(f"mxtrim: interrupted; finished rows kept in {paths[1]}", file=sys.stderr)
         raise
@@ -839,7 +873,8 @@ def cmd_validate_many(args) -> int:
     return 0 if all(r.ok for r in rows) else 1
 
 
-def _validate_one_of_many(args, out: Path, vllm, now: dict | None, counter: str):
+def _reused_row(args, out: Path, vllm, now: dict | None, counter: str):
+    """The row of the run recorded earlier that answers this request, or None (validate it)."""
     from .core.validate import batch
     from .core.validate.examples import last_run
 
@@ -853,6 +888,26 @@ def _validate_one_of_many(args, out: Path, vllm, now: dict | None, counter: str)
     if reason:
         print(f"{counter} {out}: {reason}", file=sys.stderr, flush=True)
         return batch.row_for_run(out, earlier, batch.REUSED, reason)
+    return None
+
+
+def _validated_row(out: Path, doc: dict, ok: bool):
+    """The matrix row of a validation just run (``doc``: its JSON)."""
+    from .core.validate import batch
+
+    row = batch.row_for_run(out, doc, batch.VALIDATED)
+    row.ok = ok  # asked to serve and could not (no free device): not ok, as for a single output
+    if ok != doc.get("ok"):  # the start-up row says why
+        row.note = next((r.get("detail") or "" for r in doc.get("rows") or [] if r.get("check") == batch.START_UP), "")
+    return row
+
+
+def _validate_one_of_many(args, out: Path, vllm, now: dict | None, counter: str):
+    from .core.validate import batch
+
+    reused = _reused_row(args, out, vllm, now, counter)
+    if reused is not None:
+        return reused
     print(f"{counter} {out}", file=sys.stderr, flush=True)
     try:
         v, runs, ok = run_validation(out, args, quiet=True, vllm=vllm)
@@ -860,11 +915,95 @@ def _validate_one_of_many(args, out: Path, vllm, now: dict | None, counter: str)
         print(f"mxtrim: error: {exc}", file=sys.stderr, flush=True)
         return batch.MatrixRow(str(out), batch.REFUSED, False, note=str(exc))
     print(f"{counter} {out}: {'ok' if ok else 'failed'} (recorded in validation.json, run {runs})", file=sys.stderr, flush=True)
-    row = batch.row_for_run(out, v.to_json(), batch.VALIDATED)
-    row.ok = ok  # asked to serve and could not (no free device): not ok, as for a single output
-    if ok != v.ok:  # the start-up row says why
-        row.note = next((r.detail for r in v.rows if r.check == batch.START_UP), "")
-    return row
+    return _validated_row(out, v.to_json(), ok)
+
+
+def _validate_side_by_side(args, outputs: list[Path], rows: list, vllm, now: dict | None, publish, running: list[int]) -> None:
+    """``validate --jobs N|auto``: each output in a child ``mxtrim validate OUT`` (what a serial
+    run writes), side by side as core.validate.parallel places them; ``rows`` filled and
+    ``publish()`` called as each finishes; ``running`` names the rows under way."""
+    from .core.plan.budget import DEFAULT_GPU_MEMORY_UTILIZATION
+    from .core.validate import batch
+    from .core.validate.devices import _user_visible
+    from .core.validate.parallel import Job, ParallelBatch
+    from .core.validate.run import read_output
+
+    total = len(outputs)
+    counter = lambda job: f"[{job.index + 1}/{total}]"  # noqa: E731
+    probe_gpus = None
+    if args.device != "cpu":
+        from .core.probe.gpu import probe_gpus
+    first = probe_gpus() if probe_gpus is not None else None
+    on_gpu = first is not None and first.available and bool(first.gpus)
+    jobs = []
+    for i, out in enumerate(outputs):
+        reused = _reused_row(args, out, vllm, now, f"[{i + 1}/{total}]")
+        if reused is not None:
+            rows[i] = reused
+            continue
+        try:
+            serve = read_output(out).get("serve") or {}
+        except InputError as exc:
+            print(f"mxtrim: error: {exc}", file=sys.stderr, flush=True)
+            rows[i] = batch.MatrixRow(str(out), batch.REFUSED, False, note=str(exc))
+            continue
+        share = (args.gpu_memory_utilization or float(serve.get("gpu_memory_utilization") or DEFAULT_GPU_MEMORY_UTILIZATION)
+                 if on_gpu else None)
+        jobs.append(Job(i, out, int(args.tp or serve.get("tp") or 1), share))
+    publish()
+
+    def argv_for(job: Job) -> list[str]:
+        argv = [sys.executable, "-m", "mxtrim_tui", "validate", str(job.output), "--python", vllm.python, "--json", "--progress",
+                "--timeout", f"{args.timeout:g}", "--tp", str(job.devices)]
+        if job.gpus:
+            device = args.device if args.device != "auto" else ("maca" if first.vendor == "metax" else "cuda")
+            argv += ["--device", device, "--gpus", ",".join(map(str, job.gpus)), "--gpu-memory-utilization", f"{job.share:g}"]
+        else:
+            argv += ["--device", args.device]
+        flags = (("--serve", args.serve), ("--speculative", args.speculative), ("--equivalence", args.equivalence),
+                 ("--trust-remote-code", args.trust_remote_code), ("--ep", args.expert_parallel))
+        argv += [flag for flag, on in flags if on]
+        for flag, value in (("--launcher", args.launcher), ("--kv-cache-memory-bytes", args.kv_cache_memory_bytes),
+                            ("--max-model-len", args.max_model_len)):
+            if value is not None:
+                argv += [flag, str(value)]
+        return argv
+
+    def on_start(job: Job) -> None:
+        running.append(job.index)
+        where = f" on GPU {','.join(map(str, job.gpus))} (share {job.share:g})" if job.gpus else ""
+        again = " again, alone" if job.alone else ""
+        print(f"{counter(job)} {job.output}{where}{again}", file=sys.stderr, flush=True)
+
+    def on_done(job: Job, doc: dict | None, code: int, retried: bool) -> None:
+        running.remove(job.index)
+        if retried:
+            print(f"{counter(job)} {job.output}: its start failed on memory beside another server of this batch "
+                  "(not the output's failure): validated again alone", file=sys.stderr, flush=True)
+            return
+        if doc is None:
+            why = next((line[len("mxtrim: error: "):] for line in reversed(job.tail) if line.startswith("mxtrim: error: ")),
+                       f"the validation exited with status {code} without a result")
+            print(f"mxtrim: error: {why}", file=sys.stderr, flush=True)
+            rows[job.index] = batch.MatrixRow(str(job.output), batch.REFUSED, False, note=why)
+        else:
+            rows[job.index] = _validated_row(job.output, doc, code == 0)
+            if job.alone:
+                rows[job.index].note = (rows[job.index].note + "; " if rows[job.index].note else "") + \
+                    "validated alone: its start beside another server failed on memory"
+            print(f"{counter(job)} {job.output}: {'ok' if code == 0 else 'failed'} (recorded in validation.json)",
+                  file=sys.stderr, flush=True)
+        publish()
+
+    def on_refused(job: Job, why: str) -> None:
+        print(f"{counter(job)} {job.output}: not started: {why}", file=sys.stderr, flush=True)
+        rows[job.index] = batch.MatrixRow(str(job.output), batch.REFUSED, False, note=why)
+        publish()
+
+    allowed = _user_visible(first.visible_devices) if on_gpu else None
+    # auto on the CPU: a server per 8 cores (each runs its own threads on all of them)
+    limit = args.jobs if args.jobs is not None or on_gpu else max(1, (os.cpu_count() or 1) // 8)
+    ParallelBatch(jobs, argv_for, probe_gpus if on_gpu else None, limit, on_start, on_done, on_refused, allowed).run()
 
 
 def cmd_examples(args) -> int:

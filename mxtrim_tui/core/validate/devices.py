@@ -3,6 +3,7 @@ is using. Explicit ``--gpus`` are checked the same way; a busy device is never t
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from ..probe.gpu import VISIBLE_DEVICES_ENV
@@ -16,15 +17,33 @@ class DeviceChoice:
     refused: str | None = None  # why no server can start (busy devices), else None
 
 
-def _busy(gpu) -> str | None:
-    if gpu.processes:
-        names = ", ".join(f"{p.name}[{p.pid}]" for p in gpu.processes[:3])
+def _busy(gpu, neighbours: frozenset[int] = frozenset()) -> str | None:
+    """Why ``gpu`` is another workload's. ``neighbours``: the processes of the batch this
+    server runs in (``validate --jobs``), which placed it beside them; a pid of another
+    namespace (NVML in a container) is then taken for one of them."""
+    others = [p for p in gpu.processes
+              if p.pid not in neighbours and not (neighbours and not pid_exists(p.pid))]
+    if others:
+        names = ", ".join(f"{p.name}[{p.pid}]" for p in others[:3])
         return f"GPU {gpu.index} is in use by {names}"
     return None
 
 
-def choose_devices(requested: str, probe, count: int, gpus: str | None = None) -> DeviceChoice:
-    """``requested``: auto | cpu | cuda | maca; ``count``: devices the server needs (TP x PP)."""
+def pid_exists(pid: int) -> bool:
+    """Whether ``pid`` names a process of this pid namespace."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def choose_devices(requested: str, probe, count: int, gpus: str | None = None,
+                   neighbours: frozenset[int] = frozenset()) -> DeviceChoice:
+    """``requested``: auto | cpu | cuda | maca; ``count``: devices the server needs (TP x PP);
+    ``neighbours``: the batch's own processes, which may share the GPUs ``gpus`` names."""
     if requested == "cpu":
         return DeviceChoice("cpu", None, "CPU (asked for)")
     visible = list(probe.gpus) if probe is not None and probe.available else []
@@ -50,9 +69,12 @@ def choose_devices(requested: str, probe, count: int, gpus: str | None = None) -
         unknown = [i for i in wanted if i not in by_index]
         if unknown:
             return DeviceChoice(kind, gpus, "", refused=f"--gpus {gpus}: no GPU {unknown[0]} among the visible ones")
-        busy = [b for b in (_busy(by_index[i]) for i in wanted) if b]
+        busy = [b for b in (_busy(by_index[i], neighbours) for i in wanted) if b]
         if busy:
             return DeviceChoice(kind, gpus, "", refused="; ".join(busy) + ": never shared with another workload")
+        shared = [i for i in wanted if by_index[i].processes]
+        if shared:
+            return DeviceChoice(kind, gpus, f"GPU {gpus} (placed by the batch, shared with its other servers)")
         return DeviceChoice(kind, gpus, f"GPU {gpus} (asked for, idle)")
     free = [g.index for g in visible if not g.processes]
     if len(free) < count:

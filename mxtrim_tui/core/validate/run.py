@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -16,6 +17,7 @@ from pathlib import Path
 from ..errors import InputError, require_directory
 from . import requests as rq
 from .classify import classify
+from .parallel import wait_for_neighbours_profiling
 from .serve import ServeOptions, Server, free_port, interrupting_signals, output_quantization, output_text_config, serve_argv, serve_env
 from .vllm_log import spec_counts_from_log
 from ..probe import OFFLINE_PROBE
@@ -318,6 +320,10 @@ def _serve_and_stop(v: Validation, out: Path, plan: dict, opts: ServeOptions, em
                 v.rows.append(Row(check, FAILED, reason, verdict.to_json() if verdict else None))
                 emit({"event": "check", **v.rows[-1].to_json()})
     finally:
+        if server.exited() is None and sys.exc_info()[0] is None:
+            # side by side with other servers (validate --jobs): not stopped while a neighbour
+            # on its GPUs profiles memory, whose free memory would jump under it
+            wait_for_neighbours_profiling(opts.gpus, out)
         if server.exited() is None or not server.stop_requested:
             exit_info = server.stop()
             v.server_exit = _exit_json(exit_info)

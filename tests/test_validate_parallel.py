@@ -1,0 +1,342 @@
+"""`mxtrim validate … --jobs N|auto`: servers side by side.
+
+On GPUs, with a stand-in of NVML's documented Python surface (``pynvml``: devices, memory,
+running processes) and a stand-in server that behaves as vLLM does where it matters here: it
+takes its share of the GPU it is given, and its start fails ("No available memory for the
+cache blocks") when another server on that GPU allocates or frees memory while it profiles.
+On the CPU, the real vLLM CPU build: two outputs side by side give the verdicts of a serial
+run, and Ctrl-C stops every server."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from engine_support import REPO, cli_argv, run_cli, small_llama_output
+from test_validate import VLLM_PYTHON, needs_vllm, servers
+from test_vllm_discovery import make_env
+
+GIB = 2**30
+
+# NVML as pynvml exposes it; the devices are a JSON file ($STANDIN_GPU_DIR/gpus.json) and the
+# processes using them are the files gpu<INDEX>-<PID> (bytes used) that servers write there
+STANDIN_PYNVML = r'''
+import json, os
+from types import SimpleNamespace as NS
+
+class NVMLError(Exception):
+    pass
+
+_DIR = os.environ["STANDIN_GPU_DIR"]
+
+def _gpus():
+    with open(os.path.join(_DIR, "gpus.json")) as f:
+        return json.load(f)
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+def _processes(index):
+    found = [NS(pid=p["pid"], usedGpuMemory=p["bytes"]) for p in _gpus()[index].get("processes", [])]
+    for name in os.listdir(_DIR):
+        if name.startswith(f"gpu{index}-"):
+            pid = int(name.split("-")[1])
+            if _alive(pid):
+                found.append(NS(pid=pid, usedGpuMemory=int(open(os.path.join(_DIR, name)).read() or 0)))
+    return found
+
+def nvmlInit(): pass
+def nvmlShutdown(): pass
+def nvmlSystemGetDriverVersion(): return "550.00"
+def nvmlDeviceGetCount(): return len(_gpus())
+def nvmlDeviceGetHandleByIndex(i): return i
+def nvmlDeviceGetName(h): return "Stand-in H200"
+def nvmlDeviceGetMemoryInfo(h):
+    total = _gpus()[h]["total"]
+    used = min(total, 512 * 2**20 + sum(p.usedGpuMemory for p in _processes(h)))
+    return NS(total=total, used=used, free=total - used)
+def nvmlDeviceGetUtilizationRates(h): return NS(gpu=0)
+def nvmlDeviceGetComputeRunningProcesses(h): return _processes(h)
+def nvmlDeviceGetGraphicsRunningProcesses(h): return []
+'''
+
+# a server on the stand-in GPU: profiles for PROFILE seconds (failing as vLLM does when a
+# neighbour's memory changes meanwhile), logs vLLM's "init engine" line, then answers
+STANDIN_SERVER = r'''
+import json, os, signal, sys, time
+from http.server import BaseHTTPRequestHandler, HTTPServer
+PROFILE = 1.5
+DIR = os.environ["STANDIN_GPU_DIR"]
+port = int(sys.argv[sys.argv.index("--port") + 1])
+model = sys.argv[sys.argv.index("--model") + 1]
+gpu = int(os.environ["CUDA_VISIBLE_DEVICES"].split(",")[0])
+share = float(sys.argv[sys.argv.index("--gpu-memory-utilization") + 1])
+total = json.load(open(os.path.join(DIR, "gpus.json")))[gpu]["total"]
+me = os.path.join(DIR, f"gpu{gpu}-{os.getpid()}")
+
+def event(what):
+    with open(os.path.join(DIR, "events.log"), "a") as f:
+        f.write(json.dumps({"t": time.time(), "pid": os.getpid(), "gpu": gpu, "model": model, "what": what}) + "\n")
+
+def neighbours():
+    return sorted(n for n in os.listdir(DIR) if n.startswith(f"gpu{gpu}-") and n != os.path.basename(me))
+
+def stop(signum, frame):
+    event("stop")
+    os.unlink(me)
+    os._exit(0)
+
+signal.signal(signal.SIGINT, stop)
+signal.signal(signal.SIGTERM, stop)
+event("start")
+print("INFO loading the model, profiling memory", flush=True)
+before = neighbours()
+with open(me, "w") as f:
+    f.write(str(int(share * total)))
+time.sleep(PROFILE)
+if neighbours() != before:
+    print("ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization`", flush=True)
+    event("failed")
+    os.unlink(me)
+    sys.exit(1)
+print(f"INFO 12-04 20:00:00 [core.py:403] init engine (profile, create kv cache, warmup model) took {PROFILE:.2f} s", flush=True)
+event("kv-ready")
+
+class Handler(BaseHTTPRequestHandler):
+    def _send(self, doc):
+        body = json.dumps(doc).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def do_GET(self):
+        if self.path == "/health":
+            self._send({})
+        elif self.path == "/v1/models":
+            self._send({"data": [{"id": model}]})
+        else:
+            self.send_response(404); self.end_headers()
+    def do_POST(self):
+        doc = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        n = doc.get("max_tokens", 8)
+        usage = {"prompt_tokens": 5, "completion_tokens": n}
+        if "messages" in doc:
+            self._send({"choices": [{"message": {"content": "x" * n}}], "usage": usage})
+        else:
+            self._send({"choices": [{"text": "x" * n, "token_ids": [1] * n}], "usage": usage})
+    def log_message(self, *a):
+        pass
+
+HTTPServer(("127.0.0.1", port), Handler).serve_forever()
+'''
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    root = tmp_path_factory.mktemp("parallel")
+    out = small_llama_output(root, "dummy")
+    models = root / "models"
+    models.mkdir()
+    for name in ("a-llama", "b-llama", "c-llama"):
+        shutil.copytree(out, models / name)
+    (root / "standin").mkdir()
+    (root / "standin" / "pynvml.py").write_text(STANDIN_PYNVML)
+    (root / "server.py").write_text(STANDIN_SERVER)
+    return {"root": root, "models": models, "python": make_env(root / "env", vllm="0.32.0")}
+
+
+@pytest.fixture
+def gpus(tmp_path, built):
+    """Two stand-in 140 GiB GPUs; GPU 0 holds 10 GiB of a process of someone else."""
+    other = subprocess.Popen(["sleep", "300"])
+    state = tmp_path / "gpus"
+    state.mkdir()
+    (state / "gpus.json").write_text(json.dumps([
+        {"total": 140 * GIB, "processes": [{"pid": other.pid, "bytes": 10 * GIB}]},
+        {"total": 140 * GIB, "processes": []},
+    ]))
+    yield state, other
+    other.kill()
+    other.wait()
+
+
+def batch(built, state: Path, models: Path, *extra: str, visible: str | None = None) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("CUDA_VISIBLE_DEVICES", "MXTRIM_VLLM_PYTHON")}
+    env.update(STANDIN_GPU_DIR=str(state), PYTHONPATH=os.pathsep.join([str(built["root"] / "standin"), str(REPO)]))
+    if visible is not None:
+        env["CUDA_VISIBLE_DEVICES"] = visible
+    launcher = f"{sys.executable} {built['root'] / 'server.py'}"
+    return subprocess.run(cli_argv("validate", "--all", str(models), "--serve", "--again", "--python", built["python"],
+                                   "--launcher", launcher, "--timeout", "30", "--json", *extra),
+                          capture_output=True, text=True, env=env, timeout=300)
+
+
+def events(state: Path) -> list[dict]:
+    path = state / "events.log"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_servers_share_a_free_gpu_one_profiling_at_a_time_and_never_a_gpu_held_by_another(built, gpus, tmp_path):
+    state, other = gpus
+    models = shutil.copytree(built["models"], tmp_path / "models")
+    r = batch(built, state, models, "--jobs", "auto", "--gpu-memory-utilization", "0.3")
+    doc = json.loads(r.stdout)  # (the offline checks fail in the stand-in environment, which has no transformers)
+    assert [row["state"] for row in doc["rows"]] == ["validated"] * 3 and doc["complete"], r.stderr[-3000:]
+    assert all(row["cells"]["start-up"]["status"] == row["cells"]["generation"]["status"] == "passed" for row in doc["rows"])
+    seen = events(state)
+    # all three on GPU 1, side by side: GPU 0 holds another's memory
+    assert {e["gpu"] for e in seen} == {1} and not any(e["what"] == "failed" for e in seen)
+    starts = [e for e in seen if e["what"] == "start"]
+    ready = {e["pid"]: e["t"] for e in seen if e["what"] == "kv-ready"}
+    stops = {e["pid"]: e["t"] for e in seen if e["what"] == "stop"}
+    assert len(starts) == 3
+    for before, after in zip(starts, starts[1:]):
+        # the next starts once the one before has its KV cache, and before that one stops: side by side
+        assert ready[before["pid"]] <= after["t"] < stops[before["pid"]]
+        # and the one before is not stopped while the next profiles
+        assert stops[before["pid"]] >= ready[after["pid"]]
+    assert "on GPU 1 (share 0.3)" in r.stderr
+    # each output's own record is a single run's: the server ran on GPU 1 with its share
+    for row in doc["rows"]:
+        run = json.loads((Path(row["output"]) / "validation.json").read_text())["runs"][-1]
+        assert run["settings"]["gpus"] == "1" and run["settings"]["gpu_memory_utilization"] == 0.3
+        assert "shared with its other servers" in run["environment"]["devices"] or "idle" in run["environment"]["devices"]
+
+
+def test_a_gpu_holding_another_process_memory_is_refused_and_nothing_starts(built, gpus, tmp_path):
+    state, other = gpus
+    models = shutil.copytree(built["models"], tmp_path / "models")
+    r = batch(built, state, models, "--jobs", "2", "--gpu-memory-utilization", "0.3", visible="0")
+    assert r.returncode == 1, r.stderr[-3000:]
+    doc = json.loads(r.stdout)
+    assert [row["state"] for row in doc["rows"]] == ["refused"] * 3 and not any(row["ok"] for row in doc["rows"])
+    assert f"GPU 0 holds memory of sleep[{other.pid}], not started by this batch" in doc["rows"][0]["note"]
+    assert events(state) == []  # no server started
+    assert "refused" in (models / "validation-matrix.md").read_text()
+
+
+def test_a_share_too_large_to_share_runs_one_server_per_gpu_in_turn(built, gpus, tmp_path):
+    """Shares of 0.6 do not fit twice on a GPU: one server at a time on GPU 1, never beside
+    another's memory on GPU 0."""
+    state, other = gpus
+    models = shutil.copytree(built["models"], tmp_path / "models")
+    shutil.rmtree(models / "c-llama")
+    r = batch(built, state, models, "--jobs", "auto", "--gpu-memory-utilization", "0.6")
+    doc = json.loads(r.stdout)
+    assert all(row["cells"]["start-up"]["status"] == "passed" for row in doc["rows"]), r.stderr[-3000:]
+    seen = events(state)
+    first, second = [e for e in seen if e["what"] == "start"]
+    stops = {e["pid"]: e["t"] for e in seen if e["what"] == "stop"}
+    assert first["gpu"] == second["gpu"] == 1 and second["t"] >= stops[first["pid"]]
+
+
+# --- the CPU build -------------------------------------------------------------------------------
+
+ENV = {"MXTRIM_VLLM_PYTHON": VLLM_PYTHON or ""}
+
+
+def last_run(out: Path) -> dict:
+    return json.loads((out / "validation.json").read_text())["runs"][-1]
+
+
+def verdicts(run: dict) -> dict:
+    return {r["check"]: r["status"] for r in run["rows"]}
+
+
+@needs_vllm
+@pytest.mark.slow
+def test_two_outputs_side_by_side_on_the_cpu_build_give_the_serial_verdicts(built, tmp_path):
+    models = tmp_path / "models"
+    models.mkdir()
+    for name in ("a-llama", "b-llama"):
+        shutil.copytree(built["models"] / name, models / name)
+    serial = run_cli("validate", "--all", str(models), "--serve", "--device", "cpu", "--json", env=ENV, timeout=900)
+    assert serial.returncode == 0, serial.stderr[-3000:]
+    alone = {name: last_run(models / name) for name in ("a-llama", "b-llama")}
+    side = run_cli("validate", "--all", str(models), "--serve", "--device", "cpu", "--again", "--jobs", "2", "--json",
+                   env=ENV, timeout=900)
+    assert side.returncode == 0, side.stderr[-3000:]
+    doc = json.loads(side.stdout)
+    assert [row["state"] for row in doc["rows"]] == ["validated", "validated"]
+    assert [row["cells"] for row in doc["rows"]] == [row["cells"] for row in json.loads(serial.stdout)["rows"]]
+    for name in ("a-llama", "b-llama"):
+        run = last_run(models / name)
+        assert verdicts(run) == verdicts(alone[name])
+        kv = lambda r: r["memory"]["figures"]["kv_tokens"]["actual"]  # noqa: E731
+        assert kv(run) == kv(alone[name]) and kv(run) > 0
+    # side by side: both servers were started before either finished
+    lines = side.stderr.splitlines()
+    started = [i for i, line in enumerate(lines) if line.startswith("[") and line.endswith("-llama")]
+    finished = [i for i, line in enumerate(lines) if ": ok (recorded in validation.json)" in line]
+    assert len(started) == 2 and len(finished) == 2 and max(started) < min(finished), side.stderr[-3000:]
+
+
+@needs_vllm
+@pytest.mark.slow
+def test_ctrl_c_stops_every_server_running_side_by_side(built, tmp_path):
+    models = tmp_path / "models"
+    models.mkdir()
+    for name in ("a-llama", "b-llama", "c-llama"):
+        shutil.copytree(built["models"] / name, models / name)
+    proc = subprocess.Popen(cli_argv("validate", "--all", str(models), "--serve", "--device", "cpu", "--jobs", "2"),
+                            cwd=REPO, env={**os.environ, **ENV}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    logs = [models / name / "logs" / "serve.log" for name in ("a-llama", "b-llama")]
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline and proc.poll() is None:
+        if all(log.exists() and log.stat().st_size > 2000 for log in logs):
+            break
+        time.sleep(0.5)
+    assert proc.poll() is None, proc.communicate()[1][-3000:]
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=180)
+    assert proc.returncode == 130, err[-3000:]
+    assert "interrupted; finished rows kept in" in err
+    doc = json.loads((models / "validation-matrix.json").read_text())
+    assert doc["complete"] is False
+    assert [row["state"] for row in doc["rows"]] == ["interrupted", "interrupted", "not run"]
+    assert servers(tmp_path) == []  # no vllm serve (nor any of its workers) outlives the Ctrl-C
+    assert "no server left running" in run_cli("leftovers").stdout
+
+
+def test_a_start_that_fails_on_memory_beside_a_neighbour_is_run_again_alone(tmp_path):
+    """Not the output's failure: the batch runs it again with the GPU to itself, and only that
+    run makes its row."""
+    from mxtrim_tui.core.probe.gpu import GpuInfo, GpuProbe
+    from mxtrim_tui.core.validate.parallel import Job, ParallelBatch
+
+    gpu = GpuProbe("nvidia", True, gpus=(GpuInfo(0, "Stand-in H200", 140 * GIB, 0, 140 * GIB),))
+    # a validation child as the batch reads it: progress events on stderr, its JSON on stdout;
+    # beside a neighbour, its server logs vLLM's KV-sizing error once it is up and exits 1
+    child = r'''
+import json, sys, time
+alone, name = sys.argv[1] == "alone", sys.argv[2]
+def log(line):
+    print(json.dumps({"event": "log", "stream": "stdout", "line": line}), file=sys.stderr, flush=True)
+log("INFO init engine (profile, create kv cache, warmup model) took 0.10 s")
+time.sleep(1.0)
+if not alone and name == "a":
+    log("ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization`")
+print(json.dumps({"ok": alone or name != "a", "rows": [], "name": name}))
+sys.exit(0 if alone or name != "a" else 1)
+'''
+    jobs = [Job(0, tmp_path / "a", 1, 0.3), Job(1, tmp_path / "b", 1, 0.3)]
+    seen = []
+    ParallelBatch(jobs, lambda job: [sys.executable, "-c", child, "alone" if job.alone else "beside", job.output.name],
+                  lambda: gpu, None, on_start=lambda job: seen.append(("start", job.output.name, job.alone)),
+                  on_done=lambda job, doc, code, retried: seen.append(("done", job.output.name, code, retried)),
+                  on_refused=lambda job, why: seen.append(("refused", why)), poll=0.05).run()
+    assert seen[:2] == [("start", "a", False), ("start", "b", False)]  # side by side
+    assert ("done", "a", 1, True) in seen and ("start", "a", True) in seen and seen[-1] == ("done", "a", 0, False)
+    assert ("done", "b", 0, False) in seen
