@@ -39,10 +39,16 @@ billed to the next.
 A second table gives each hash's throughput on 256 MiB in memory (one thread), with BLAKE3
 when the blake3 package happens to be installed (it is not a dependency).
 
+With --first-trim only the first-trim figure is measured (issue 35's target): `cp` and
+`mxtrim trim --mode weights` with no verdict remembered (MXTRIM_CHECK_CACHE=0, so every run's
+check child imports torch and transformers and builds the meta models while the script
+copies), alternated, a warm-up round then FIRST_TRIM_ROUNDS rounds: the ratio of the medians
+(cp / mxtrim, so 1.0 is cp's speed) and mxtrim's own peak RSS (sampled; its children apart).
+
 With --tmpfs the suite runs a second time with source and outputs in /dev/shm (no disk).
 On a Firecracker VM that measures the host faulting in fresh memory more than copying.
 
-Usage: python benchmarks/extract.py [--tmpfs]
+Usage: python benchmarks/extract.py [--tmpfs | --first-trim]
 """
 
 from __future__ import annotations
@@ -80,6 +86,7 @@ WORK = BENCH / "extract-work"
 LAYOUT = dict(num_layers=2, hidden_size=4096, vocab_size=131072)
 GB = 1e9
 ROUNDS = 7  # warm rounds after the first
+FIRST_TRIM_ROUNDS = 5  # --first-trim: rounds after a warm-up round
 
 # Runs one command, then prints its wall time, the peak RSS of it and its descendants, and
 # the peak RSS of the command's own process (sampled every 5 ms).
@@ -248,6 +255,47 @@ def print_table(title: str, runs: dict, shards: tuple[int, int], biggest: int) -
               f"{rate / cp_rate:.2f} | {median(cp_label) / median(label):.2f} | {own / 2**20:.0f} | {rss / 2**20:.0f} | {rs[0]['wall']:.2f} |")
 
 
+def first_trim(src: Path, work: Path) -> None:
+    """cp against a first real-weight trim (no verdict remembered), alternated; medians."""
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    shards = [str(p) for p in sorted(src.glob("*.safetensors"))]
+    fresh = {"MXTRIM_CHECK_CACHE": "0"}
+    runs: dict[str, list[dict]] = {"cp": [], "trim": []}
+    try:
+        for round_ in range(1 + FIRST_TRIM_ROUNDS):
+            for label in ("cp", "trim"):
+                out = work / f"out-{label}-{round_}"
+                if label == "cp":
+                    out.mkdir()
+                    result = measure(["cp", *shards, str(out)])
+                else:
+                    result = measure([sys.executable, "-m", "mxtrim_tui", "trim", str(src), "--mode", "weights", "--keep", "0,1",
+                                      "--out", str(out)], fresh)
+                result["bytes"] = output_bytes(out)
+                shutil.rmtree(out)
+                if round_:
+                    runs[label].append(result)
+                print(f"  {'warm-up' if not round_ else f'round {round_}'}: {label}: {result['wall']:.2f} s", flush=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    med = {k: sorted(r["wall"] for r in v)[len(v) // 2] for k, v in runs.items()}
+    own = max(r["own_rss"] for r in runs["trim"])
+    children = max(r["rss"] for r in runs["trim"])
+    print()
+    print(f"first trim (no verdict remembered) of {human_bytes(runs['cp'][0]['bytes'])}, {FIRST_TRIM_ROUNDS} rounds after a warm-up; "
+          f"Python {sys.version.split()[0]}, {os.cpu_count()} CPUs")
+    print("| method | median s | runs s | × cp (median) | peak RSS MiB, own | peak RSS MiB, largest process |")
+    print("| --- | ---: | --- | ---: | ---: | ---: |")
+    for label, name in (("cp", "cp of the source shards"), ("trim", "mxtrim trim --mode weights, MXTRIM_CHECK_CACHE=0")):
+        walls = ", ".join(f"{r['wall']:.2f}" for r in runs[label])
+        own_rss = max(r["own_rss"] for r in runs[label])
+        big = max(r["rss"] for r in runs[label])
+        print(f"| {name} | {med[label]:.2f} | {walls} | {med['cp'] / med[label]:.2f} | {own_rss / 2**20:.0f} | {big / 2**20:.0f} |")
+    print(f"first trim: {med['cp'] / med['trim']:.2f}x cp (median of {FIRST_TRIM_ROUNDS}); mxtrim's own peak RSS {own / 2**20:.0f} MiB "
+          f"(largest process incl. the check child {children / 2**20:.0f} MiB)")
+
+
 def hash_table() -> None:
     """Each hash's throughput over 256 MiB in memory, one thread, best of 5."""
     import xxhash
@@ -279,9 +327,13 @@ def hash_table() -> None:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--tmpfs", action="store_true", help="run the suite again with source and outputs in /dev/shm")
+    ap.add_argument("--first-trim", action="store_true", help="only cp against a first trim (no verdict remembered), medians")
     args = ap.parse_args()
     BENCH.mkdir(exist_ok=True)
     src = ensure_source()
+    if args.first_trim:
+        first_trim(src, WORK)
+        return
     plan = build_plan(build_inventory(open_source(src)), Selection.parse(["0,1"]))
     biggest = max(t.nbytes for t in plan.inventory.source.iter_tensors())
     # the script `mxtrim trim --mode weights` would write and run
