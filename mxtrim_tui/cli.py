@@ -386,7 +386,6 @@ def _blocking_line(blocking: list[str], then: str = "") -> str:
 
 
 def cmd_trim(args) -> int:
-    from .core.plan.plan_json import plan_to_json
     from .core.write.writer import default_output_dir
 
     request = _request(args)
@@ -1000,10 +999,16 @@ def _validate_side_by_side(args, outputs: list[Path], rows: list, vllm, now: dic
         rows[job.index] = batch.MatrixRow(str(job.output), batch.REFUSED, False, note=why)
         publish()
 
+    def on_pause(job: Job, paused: bool) -> None:
+        gpus = ",".join(map(str, job.gpus))
+        print(f"{counter(job)} {job.output}: " + (f"paused while another server on GPU {gpus} measures its memory" if paused
+                                               else "continued"), file=sys.stderr, flush=True)
+
     allowed = _user_visible(first.visible_devices) if on_gpu else None
     # auto on the CPU: a server per 8 cores (each runs its own threads on all of them)
     limit = args.jobs if args.jobs is not None or on_gpu else max(1, (os.cpu_count() or 1) // 8)
-    ParallelBatch(jobs, argv_for, probe_gpus if on_gpu else None, limit, on_start, on_done, on_refused, allowed).run()
+    ParallelBatch(jobs, argv_for, probe_gpus if on_gpu else None, limit, on_start, on_done, on_refused, allowed,
+                  on_pause=on_pause).run()
 
 
 def cmd_examples(args) -> int:

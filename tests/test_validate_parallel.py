@@ -101,7 +101,10 @@ def stop(signum, frame):
 signal.signal(signal.SIGINT, stop)
 signal.signal(signal.SIGTERM, stop)
 event("start")
-print("INFO loading the model, profiling memory", flush=True)
+time.sleep(1.0)  # imports, config, tokenizer: CPU work
+print("(EngineCore pid=1) INFO 12-04 20:00:00 [core.py:133] Initializing a V1 LLM engine (v0.26.0) with config: model=...", flush=True)
+time.sleep(0.3)  # the device's context: then the memory baseline is taken
+event("window")
 before = neighbours()
 with open(me, "w") as f:
     f.write(str(int(share * total)))
@@ -198,16 +201,19 @@ def test_servers_share_a_free_gpu_one_profiling_at_a_time_and_never_a_gpu_held_b
     seen = events(state)
     # all three on GPU 1, side by side: GPU 0 holds another's memory
     assert {e["gpu"] for e in seen} == {1} and not any(e["what"] == "failed" for e in seen)
-    starts = [e for e in seen if e["what"] == "start"]
+    starts = [e["t"] for e in seen if e["what"] == "start"]
+    windows = sorted((e["t"], e["pid"]) for e in seen if e["what"] == "window")
     ready = {e["pid"]: e["t"] for e in seen if e["what"] == "kv-ready"}
-    stops = {e["pid"]: e["t"] for e in seen if e["what"] == "stop"}
-    assert len(starts) == 3
-    for before, after in zip(starts, starts[1:]):
-        # the next starts once the one before has its KV cache, and before that one stops: side by side
-        assert ready[before["pid"]] <= after["t"] < stops[before["pid"]]
-        # and the one before is not stopped while the next profiles
-        assert stops[before["pid"]] >= ready[after["pid"]]
-    assert "on GPU 1 (share 0.3)" in r.stderr
+    stops = [e["t"] for e in seen if e["what"] == "stop"]
+    assert len(starts) == len(windows) == len(stops) == 3
+    # side by side: every server started before the first had its KV cache
+    assert max(starts) < min(ready.values())
+    # one memory window at a time on the GPU (from taking the device to its KV cache) ...
+    for (_, before), (after, _) in zip(windows, windows[1:]):
+        assert ready[before] <= after
+    # ... and no server stopped inside another's
+    assert not any(start < stop < ready[pid] for start, pid in windows for stop in stops)
+    assert "on GPU 1 (share 0.3)" in r.stderr and "paused while another server on GPU 1 measures its memory" in r.stderr
     # each output's own record is a single run's: the server ran on GPU 1 with its share
     for row in doc["rows"]:
         run = json.loads((Path(row["output"]) / "validation.json").read_text())["runs"][-1]
@@ -240,6 +246,7 @@ def test_a_share_too_large_to_share_runs_one_server_per_gpu_in_turn(built, gpus,
     first, second = [e for e in seen if e["what"] == "start"]
     stops = {e["pid"]: e["t"] for e in seen if e["what"] == "stop"}
     assert first["gpu"] == second["gpu"] == 1 and second["t"] >= stops[first["pid"]]
+    assert "paused" not in r.stderr
 
 
 # --- the CPU build -------------------------------------------------------------------------------

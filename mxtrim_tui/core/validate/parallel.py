@@ -9,11 +9,14 @@ writes — placed on the GPUs it needs (TP devices) by the live occupancy:
   (``--gpu-memory-utilization``), while the shares add up to at most ``MAX_SHARED`` and the
   GPU's free memory covers the newcomer's share (vLLM refuses to start otherwise);
 * no two servers profile memory on one GPU at the same time: vLLM measures the whole GPU's
-  free memory while it profiles, so a neighbour that allocates (or frees) memory meanwhile
-  changes the newcomer's KV cache or fails it. A server's window lasts from its start to its
-  log's "init engine (profile, create kv cache, warmup model) took" (the KV cache is then
-  allocated); the next server on that GPU starts after it, and a finished server on that GPU
-  is not stopped before it (the child waits on the batch folder's ``profiling-GPU`` files);
+  free memory from the moment its engine takes the device until its KV cache is allocated,
+  so a neighbour that allocates (or frees) memory meanwhile changes the newcomer's KV cache
+  or fails it. Servers start side by side (their first tens of seconds are CPU work); a
+  server whose engine announces itself ("Initializing a V1 LLM engine") while another on one
+  of its GPUs is inside that window is paused (SIGSTOP to its process group, before it takes
+  the device) and continued when the window closes at the other's "init engine (profile,
+  create kv cache, warmup model) took". A finished server is not stopped while a neighbour's
+  window is open (the child waits on the batch folder's ``profiling-GPU`` files);
 * a start-up that fails on memory while it shared a GPU is run again alone: a failure caused
   by a neighbour is not the output's.
 
@@ -39,7 +42,9 @@ from ..child_process import parent_death_signal
 from .devices import pid_exists
 
 MAX_SHARED = 0.95  # the shares of one GPU's memory that its servers may add up to
-# vLLM's EngineCore, once the KV cache is allocated and the model warmed up
+# vLLM's EngineCore, about to take the device (its memory baseline follows) ...
+ENGINE_STARTING = re.compile(r"Initializing a V1 LLM engine")
+# ... and once its KV cache is allocated and the model warmed up
 KV_READY = re.compile(r"init engine \(profile, create kv cache, warmup model\) took")
 # start-up failures a neighbour's memory traffic causes (vLLM's profiler and KV sizing)
 NEIGHBOUR_FAILURE = re.compile(r"No available memory for the cache blocks|Error in memory profiling|"
@@ -61,7 +66,8 @@ class Job:
     alone: bool = False  # run again alone after a failure beside a neighbour
     gpus: list[int] = field(default_factory=list)
     proc: subprocess.Popen | None = None
-    profiling: bool = False
+    profiling: bool = False  # inside its memory window (engine start to KV cache allocated)
+    paused: list[int] = field(default_factory=list)  # its server's process groups, stopped until a window closes
     shared: bool = False  # another of ours ran on one of its GPUs beside it
     stdout: list[str] = field(default_factory=list)
     tail: list[str] = field(default_factory=list)
@@ -116,8 +122,6 @@ class GpuLedger:
         for g, here in usable:
             if job.alone and here:
                 continue
-            if any(j.profiling for j in here):
-                continue  # one of ours is profiling there: it goes first
             if sum(j.share or 0.0 for j in here) + share > MAX_SHARED + 1e-9:
                 continue
             if g.total_bytes and g.free_bytes is not None and g.free_bytes < share * g.total_bytes:
@@ -148,16 +152,18 @@ def _tree(pid: int) -> set[int]:
 class ParallelBatch:
     """Runs ``jobs`` through ``argv_for(job)`` children, at most ``limit`` at once (None: as
     many as the GPUs take). ``probe()`` gives a live GpuProbe (None or unavailable: the CPU).
-    ``on_start(job)``, ``on_done(job, doc, returncode)`` and ``on_refused(job, why)`` report."""
+    ``on_start(job)``, ``on_done(job, doc, returncode, retried)``, ``on_refused(job, why)`` and
+    ``on_pause(job, paused)`` report."""
 
     def __init__(self, jobs: list[Job], argv_for, probe, limit: int | None, on_start, on_done, on_refused,
-                 allowed: set[int] | None = None, poll: float = 0.5) -> None:
+                 allowed: set[int] | None = None, poll: float = 0.5, on_pause=None) -> None:
         self.pending = list(jobs)
         self.running: list[Job] = []
         self.argv_for = argv_for
         self.probe = probe
         self.limit = limit
         self.on_start, self.on_done, self.on_refused = on_start, on_done, on_refused
+        self.on_pause = on_pause or (lambda job, paused: None)
         self.ledger = GpuLedger(allowed)
         self.poll = poll
         self.events: queue.Queue = queue.Queue()
@@ -186,6 +192,34 @@ class ParallelBatch:
                 path.write_text(str(job.output))
             elif path.exists() and path.read_text() == str(job.output):
                 path.unlink()
+
+    def _window_open_beside(self, job: Job) -> bool:
+        return any(j is not job and j.profiling and set(j.gpus) & set(job.gpus) for j in self.running)
+
+    def _engine_starting(self, job: Job) -> None:
+        """``job``'s engine is about to take its GPUs: its window opens now, or, while a
+        neighbour's is open, it is paused until that one closes."""
+        if job.profiling or job.paused:
+            return
+        if not self._window_open_beside(job):
+            self._set_profiling(job, True)
+            return
+        job.paused = _server_groups(job.proc.pid)
+        for group in job.paused:
+            _signal_group(group, signal.SIGSTOP)
+        self.on_pause(job, True)
+
+    def _window_closed(self, job: Job) -> None:
+        """``job``'s window is over: the paused neighbours go on, one window per GPU."""
+        if job.profiling:
+            self._set_profiling(job, False)
+        for waiting in [j for j in self.running if j.paused]:
+            if not self._window_open_beside(waiting):
+                self._set_profiling(waiting, True)
+                groups, waiting.paused = waiting.paused, []
+                for group in groups:
+                    _signal_group(group, signal.SIGCONT)
+                self.on_pause(waiting, False)
 
     # --- running ---------------------------------------------------------------------------------
     def run(self) -> None:
@@ -228,8 +262,6 @@ class ParallelBatch:
             self._start(job)
 
     def _start(self, job: Job) -> None:
-        if job.gpus:
-            self._set_profiling(job, True)
         job.started = time.monotonic()
         job.proc = subprocess.Popen(self.argv_for(job), stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
                                     text=True, errors="replace", env=self._env(), start_new_session=True,
@@ -276,16 +308,19 @@ class ParallelBatch:
         if event.get("event") == "log":
             text = str(event.get("line", ""))
             job.tail = (job.tail + [text])[-40:]
-            if job.profiling and KV_READY.search(text):
-                self._set_profiling(job, False)
+            if job.gpus and ENGINE_STARTING.search(text):
+                self._engine_starting(job)
+            elif job.profiling and KV_READY.search(text):
+                self._window_closed(job)
         elif event.get("event") == "check" and event.get("check") == "start-up" and job.profiling:
-            self._set_profiling(job, False)
+            self._window_closed(job)
 
     def _finish(self, job: Job) -> None:
         code = job.proc.wait()
         job.finished = time.monotonic()
-        self._set_profiling(job, False)
+        job.paused = []
         self.running.remove(job)
+        self._window_closed(job)
         try:
             doc = json.loads("".join(job.stdout))
         except ValueError:
@@ -302,6 +337,10 @@ class ParallelBatch:
     def stop_all(self, grace: float = 120.0) -> None:
         """Ctrl-C: each running child gets one SIGINT (it stops its server and records the
         interruption), then time to do so; one that outlives ``grace`` is killed with its group."""
+        for job in self.running:
+            groups, job.paused = job.paused, []
+            for group in groups:  # a stopped server cannot stop itself
+                _signal_group(group, signal.SIGCONT)
         for job in self.running:
             if job.proc is not None and job.proc.poll() is None:
                 try:
@@ -320,6 +359,27 @@ class ParallelBatch:
                 except ProcessLookupError:
                     pass
                 job.proc.wait()
+
+
+def _server_groups(child: int) -> list[int]:
+    """The process groups a validation child started (its server, in a session of its own)."""
+    own = os.getpgid(child) if pid_exists(child) else None
+    groups = []
+    for pid in sorted(_tree(child) - {child}):
+        try:
+            group = os.getpgid(pid)
+        except ProcessLookupError:
+            continue
+        if group != own and group not in groups:
+            groups.append(group)
+    return groups
+
+
+def _signal_group(group: int, sig: int) -> None:
+    try:
+        os.killpg(group, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 # --- the child's side ----------------------------------------------------------------------------
