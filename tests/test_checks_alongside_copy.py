@@ -7,12 +7,15 @@ or solves a config field gives the output a check-first trim gives."""
 from __future__ import annotations
 
 import json
+import select
+import time
 
 import pytest
 
 from benchmarks.architecture_sweep import make_source
 from engine_support import run_cli
 from mxtrim_tui.core.checks import cache as check_cache
+from mxtrim_tui.core.checks.child import CheckChild
 from mxtrim_tui.core.write.leftovers import find_leftovers
 
 FRESH = {check_cache.ENV: "0"}  # no verdict remembered: the check runs in the child, alongside the copy
@@ -121,3 +124,21 @@ def test_a_check_that_changes_the_plan_gives_the_check_first_output(sources, tmp
             assert value == solved["after"]
     else:  # widened: two copies, the first thrown away
         assert a["auto"]["text"] and copies == 2
+
+
+def test_answers_that_arrive_together_are_each_read():
+    """The plan check and the structure check are asked one behind the other: when both answers
+    are in the pipe before the first is read, the second is still read (not left in a buffer
+    that select() cannot see until the time limit closes the child)."""
+    child = CheckChild()
+    try:
+        assert child.send({"op": "nothing"}) and child.send({"op": "nothing either"})
+        fd = child.proc.stdout.fileno()
+        assert select.select([fd], [], [], 60)[0]
+        time.sleep(0.5)  # setup, not a measure: the second answer follows the first at once
+        assert child.receive(limit=60) is None  # an unknown request: answered with an error
+        assert child.receive(limit=60) is None
+        assert child.proc.poll() is None  # answered, not given up on and stopped
+        assert child.send({"op": "nothing"}) and child.receive(limit=60) is None and child.proc.poll() is None
+    finally:
+        child.close()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import atexit
 import json
+import os
 import select
 import subprocess
 import sys
@@ -75,6 +76,11 @@ class CheckChild:
             [self.judge.python, "-I", "-c", boot], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err,
             start_new_session=True, preexec_fn=parent_death_signal(),
         )
+        # What the child said and was not read yet: answers are read from the pipe's fd here,
+        # never through a buffered reader, whose buffer select() cannot see (two answers
+        # arriving together, a plan verdict and a structure check asked behind it, would
+        # leave the second one waiting in that buffer forever).
+        self._said = bytearray()
 
     def send(self, request: dict) -> bool:
         try:
@@ -85,17 +91,26 @@ class CheckChild:
             return False
 
     def receive(self, limit: float = LIMIT, interrupt=None) -> dict | None:
-        """The answer to the request sent last (None: the child died or ran out of time);
-        ``interrupt()`` is called every 0.1 s while waiting and may raise."""
+        """The answer to the oldest request not answered yet (None: it failed, or the child died
+        or ran out of time); ``interrupt()`` is called every 0.1 s while waiting and may raise."""
         deadline = time.monotonic() + limit
-        out = self.proc.stdout
-        while not select.select([out], [], [], 0.1)[0]:
-            if interrupt is not None:
-                interrupt()
-            if time.monotonic() > deadline or self.proc.poll() is not None:
+        fd = self.proc.stdout.fileno()
+        while b"\n" not in self._said:
+            if not select.select([fd], [], [], 0.1)[0]:
+                if interrupt is not None:
+                    interrupt()
+                if time.monotonic() > deadline or self.proc.poll() is not None:
+                    self.close()
+                    return None
+                continue
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:  # the child closed its end: it is gone
                 self.close()
                 return None
-        line = out.readline()
+            self._said += chunk
+        end = self._said.index(b"\n")
+        line = bytes(self._said[:end])
+        del self._said[: end + 1]
         try:
             answer = json.loads(line)
         except ValueError:

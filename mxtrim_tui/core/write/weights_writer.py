@@ -9,7 +9,10 @@ Steps, each refusing before anything is written when its check fails:
    as a subprocess into the hidden temporary sibling, hashing every tensor as it copies it
    (each source byte is read once); its JSON-lines progress is forwarded. Meanwhile the
    written shards are read back and hashed a few megabytes behind it
-   (:mod:`verify_stream`), and the structure check runs in its own process;
+   (:mod:`verify_stream`), and the transformers checks run in their own process: the
+   structure check of the planned output, and, on a first trim whose plan verdict is not
+   remembered, the plan check itself (its verdict is taken when the copy ends; a checked
+   plan that writes otherwise or blocks discards the copy: :class:`PlanChanged`);
 5. configs and assets are written as in dummy mode (shared code);
 6. verification: every shard re-read with the strict header reader and compared byte for
    byte with the planned header, the index cross-checked (``open_source``), every written
