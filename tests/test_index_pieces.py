@@ -234,3 +234,73 @@ def test_the_index_is_mapped_read_only_and_left_as_it_was(tmp_path, monkeypatch)
     with_pieces, _, said = _both_ways(root, monkeypatch)
     assert said is not None and with_pieces[0] == "ok"
     assert (root / INDEX_NAME).read_bytes() == before
+
+
+def _plain_checkpoint(tmp_path):
+    """The checkpoint above without its odd names: an index in shard order can be settled by
+    comparing its text with the names the headers hold."""
+    tensors = [("model.embed_tokens.weight", "BF16", (16, 8))]
+    for i in range(3):
+        p = f"model.layers.{i}."
+        tensors += [(p + "input_layernorm.weight", "BF16", (8,)), (p + "mlp.up_proj.weight", "BF16", (16, 8)), (p + "caf\u00e9", "F32", (2,))]
+    tensors += [("lm_head.weight", "BF16", (16, 8))]
+    layout = Layout("plain-llama", {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": 3}, tensors)
+    return write_checkpoint(tmp_path / "m", layout, data="random", max_shard_bytes=layout.total_bytes // 3 + 1, tokenizer=False)
+
+
+def _dumps(d, **kw):
+    return json.dumps(d, ensure_ascii=False, **kw)
+
+
+SHARD_ORDER = {
+    "indent 2": lambda d: _dumps(d, indent=2),
+    "indent 4, CRLF": lambda d: _dumps(d, indent=4).replace("\n", "\r\n"),
+    "one line": lambda d: _dumps(d),
+    "compact": lambda d: _dumps(d, separators=(",", ":")),
+    "tabs, trailing blank lines": lambda d: _dumps(d, indent="\t").replace('"\n\t}', '"\n\n\n\t}'),
+}
+SHARD_ORDER_DEFECTS = {
+    "a pair given twice": lambda d: _dumps(d, indent=2).replace('"lm_head.weight"', '"model.embed_tokens.weight": "%s",\n    "lm_head.weight"'
+                                                                    % d["weight_map"]["model.embed_tokens.weight"], 1),
+    "a name in the wrong shard": lambda d: _dumps({**d, "weight_map": {**d["weight_map"], "lm_head.weight": "model-00001-of-00003.safetensors"}}, indent=2),
+    "a trailing comma": lambda d: _dumps(d, indent=2).replace('"\n  }', '",\n  }'),
+    "a name escaped": lambda d: _dumps(d, indent=2).replace('"lm_head', '"\\u006cm_head'),
+    "non-ASCII escaped": lambda d: json.dumps(d, indent=2),
+    "a pair missing": lambda d: _dumps({**d, "weight_map": {n: s for n, s in d["weight_map"].items() if n != "lm_head.weight"}}, indent=2),
+    "a comment after the last pair": lambda d: _dumps(d, indent=2).replace('"\n  }', '" // x\n  }'),
+    "a separator spelled otherwise once": lambda d: _dumps(d, indent=2).replace(',\n    "model.layers.1.', ' ,\n    "model.layers.1.', 1),
+}
+
+
+def _in_shard_order(root):
+    """The index with its weight map in shard order, each shard's names in header order."""
+    from mxtrim_tui.core.read.safetensors_io import read_header
+
+    doc = load_index(root)
+    shards = sorted(set(doc["weight_map"].values()))
+    doc["weight_map"] = {name: shard for shard in shards for name in read_header(root / shard).names}
+    return doc
+
+
+@pytest.mark.parametrize("spelling", sorted(SHARD_ORDER))
+def test_an_index_in_shard_order_is_settled_by_one_comparison(tmp_path, monkeypatch, spelling):
+    root = _plain_checkpoint(tmp_path)
+    (root / INDEX_NAME).write_text(SHARD_ORDER[spelling](_in_shard_order(root)), encoding="utf-8")
+    compared = []
+    real = source._spelled_in_shard_order
+    monkeypatch.setattr(source, "_spelled_in_shard_order", lambda *a: compared.append(real(*a)) or compared[-1])
+    with_pieces, whole, said = _both_ways(root, monkeypatch)
+    assert compared[0] is True and said is not None
+    assert with_pieces == whole and with_pieces[0] == "ok" and len(with_pieces[3]) == 11
+
+
+@pytest.mark.parametrize("defect", sorted(SHARD_ORDER_DEFECTS))
+def test_a_defect_in_a_shard_order_index_is_never_settled_by_the_comparison(tmp_path, monkeypatch, defect):
+    root = _plain_checkpoint(tmp_path)
+    (root / INDEX_NAME).write_text(SHARD_ORDER_DEFECTS[defect](_in_shard_order(root)), encoding="utf-8")
+    compared = []
+    real = source._spelled_in_shard_order
+    monkeypatch.setattr(source, "_spelled_in_shard_order", lambda *a: compared.append(real(*a)) or compared[-1])
+    with_pieces, whole, _ = _both_ways(root, monkeypatch)
+    assert True not in compared
+    assert with_pieces == whole

@@ -689,7 +689,9 @@ def _index_agrees_with_shards(index_path: Path, at_top: dict):
             if outside is None:
                 return None
             index_outside_map, body_start, body_end = outside
-            if not _pop_weight_map_pieces(data, body_start, body_end, owner.pop):
+            if _spelled_in_shard_order(data, body_start, body_end, headers):
+                owner.clear()  # every name given once, with its shard
+            elif not _pop_weight_map_pieces(data, body_start, body_end, owner.pop):
                 return None
     except (OSError, ValueError, UnicodeDecodeError):  # ValueError: an empty file cannot be mapped
         return None
@@ -719,6 +721,59 @@ def _parse_outside_weight_map(data):
     if type(index) is not dict or index.get("weight_map") != {}:
         return None
     return index, body_start, body_end
+
+
+_BETWEEN = re.compile(r"[ \t\n\r]*")
+_CONTROL_BYTES = bytes(range(32))
+
+
+def _spelled_in_shard_order(data, body_start: int, body_end: int, headers: dict) -> bool:
+    """True when the weight map's body is, byte for byte, every shard's names in header order,
+    shard after shard, each paired with its shard, in one spelling throughout (the same
+    whitespace around every ``:`` and ``,``, as ``json.dumps(..., indent=N)`` writes it), and
+    no name or shard name holds a quote, a backslash or a control character (so nothing is
+    escaped, and ``json.loads`` of the body gives exactly those pairs): the check
+    :func:`_pop_weight_map_pieces` makes pair by pair, made by one comparison. Any other
+    order or spelling returns False, and the pieces decide."""
+    shards = [(rel, h.names) for rel, h in headers.items() if h.names]
+    if not shards:
+        return False
+    first_name, first_shard = shards[0][1][0], shards[0][0]
+    head = data[body_start : min(body_end, body_start + 4096)].decode("utf-8", "replace")
+    lead = _BETWEEN.match(head).end()
+    at = lead + len(first_name) + 2
+    if head[lead:at] != f'"{first_name}"':
+        return False
+    colon_end = head.find('"', at)
+    colon = head[at:colon_end]
+    if colon.strip(JSON_WHITESPACE) != ":":
+        return False
+    at = colon_end + len(first_shard) + 2
+    if head[colon_end:at] != f'"{first_shard}"':
+        return False
+    sep_end = head.find('"', at)
+    sep = head[at:sep_end]
+    if sep_end < 0 or sep.strip(JSON_WHITESPACE) != ",":
+        return False  # one name only, or another spelling: the pieces decide
+    # Shard by shard (each piece of text compared in place in the map, then dropped, so the
+    # same memory serves every shard), nothing in a name needing an escape: each pair holds
+    # exactly its four quotes, no backslash, and no control byte but the separators' own.
+    pos = body_start + lead
+    colon_controls, sep_controls = (sum(map(text.count, "\t\n\r")) for text in (colon, sep))
+    last = len(shards) - 1
+    try:
+        for i, (rel, names) in enumerate(shards):
+            pair_end = f'"{colon}"{rel}"'
+            seps = len(names) if i < last else len(names) - 1  # a separator after each pair but the map's last
+            piece = ('"' + (pair_end + sep + '"').join(names) + pair_end + (sep if i < last else "")).encode("utf-8")
+            end = pos + len(piece)
+            if (end > body_end or data.find(piece, pos, end) != pos or piece.count(b'"') != 4 * len(names) or b"\\" in piece
+                    or len(piece) - len(piece.translate(None, _CONTROL_BYTES)) != len(names) * colon_controls + seps * sep_controls):
+                return False
+            pos = end
+    except UnicodeEncodeError:  # a lone surrogate in a name
+        return False
+    return not data[pos:body_end].strip(b" \t\n\r")  # nothing but whitespace after the last pair
 
 
 def _pop_weight_map_pieces(data, body_start: int, body_end: int, pop) -> bool:
