@@ -927,8 +927,6 @@ def _validate_side_by_side(args, outputs: list[Path], rows: list, vllm, now: dic
     from .core.validate.parallel import Job, ParallelBatch
     from .core.validate.run import read_output
 
-    total = len(outputs)
-    counter = lambda job: f"[{job.index + 1}/{total}]"  # noqa: E731
     probe_gpus = None
     if args.device != "cpu":
         from .core.probe.gpu import probe_gpus
@@ -936,7 +934,7 @@ def _validate_side_by_side(args, outputs: list[Path], rows: list, vllm, now: dic
     on_gpu = first is not None and first.available and bool(first.gpus)
     jobs = []
     for i, out in enumerate(outputs):
-        reused = _reused_row(args, out, vllm, now, f"[{i + 1}/{total}]")
+        reused = _reused_row(args, out, vllm, now, f"[{i + 1}/{len(outputs)}]")
         if reused is not None:
             rows[i] = reused
             continue
@@ -950,65 +948,79 @@ def _validate_side_by_side(args, outputs: list[Path], rows: list, vllm, now: dic
                  if on_gpu else None)
         jobs.append(Job(i, out, int(args.tp or serve.get("tp") or 1), share))
     publish()
+    report = _SideBySideReport(rows, publish, running, len(outputs))
+    vendor = first.vendor if on_gpu else None
+    allowed = _user_visible(first.visible_devices) if on_gpu else None
+    # auto on the CPU: a server per 8 cores (each runs its own threads on all of them)
+    limit = args.jobs if args.jobs is not None or on_gpu else max(1, (os.cpu_count() or 1) // 8)
+    ParallelBatch(jobs, lambda job: _side_by_side_argv(args, vllm.python, job, vendor), probe_gpus if on_gpu else None,
+                  limit, report.start, report.done, report.refused, allowed, on_pause=report.pause).run()
 
-    def argv_for(job: Job) -> list[str]:
-        argv = [sys.executable, "-m", "mxtrim_tui", "validate", str(job.output), "--python", vllm.python, "--json", "--progress",
-                "--timeout", f"{args.timeout:g}", "--tp", str(job.devices)]
-        if job.gpus:
-            device = args.device if args.device != "auto" else ("maca" if first.vendor == "metax" else "cuda")
-            argv += ["--device", device, "--gpus", ",".join(map(str, job.gpus)), "--gpu-memory-utilization", f"{job.share:g}"]
-        else:
-            argv += ["--device", args.device]
-        flags = (("--serve", args.serve), ("--speculative", args.speculative), ("--equivalence", args.equivalence),
-                 ("--trust-remote-code", args.trust_remote_code), ("--ep", args.expert_parallel))
-        argv += [flag for flag, on in flags if on]
-        for flag, value in (("--launcher", args.launcher), ("--kv-cache-memory-bytes", args.kv_cache_memory_bytes),
-                            ("--max-model-len", args.max_model_len)):
-            if value is not None:
-                argv += [flag, str(value)]
-        return argv
 
-    def on_start(job: Job) -> None:
-        running.append(job.index)
+def _side_by_side_argv(args, python: str, job, vendor: str | None) -> list[str]:
+    """The child ``mxtrim validate OUT`` of one output of a side-by-side batch: this batch's
+    flags, with the GPUs and the share it was placed on."""
+    argv = [sys.executable, "-m", "mxtrim_tui", "validate", str(job.output), "--python", python, "--json", "--progress",
+            "--timeout", f"{args.timeout:g}", "--tp", str(job.devices)]
+    if job.gpus:
+        device = args.device if args.device != "auto" else ("maca" if vendor == "metax" else "cuda")
+        argv += ["--device", device, "--gpus", ",".join(map(str, job.gpus)), "--gpu-memory-utilization", f"{job.share:g}"]
+    else:
+        argv += ["--device", args.device]
+    flags = (("--serve", args.serve), ("--speculative", args.speculative), ("--equivalence", args.equivalence),
+             ("--trust-remote-code", args.trust_remote_code), ("--ep", args.expert_parallel))
+    argv += [flag for flag, on in flags if on]
+    for flag, value in (("--launcher", args.launcher), ("--kv-cache-memory-bytes", args.kv_cache_memory_bytes),
+                        ("--max-model-len", args.max_model_len)):
+        if value is not None:
+            argv += [flag, str(value)]
+    return argv
+
+
+class _SideBySideReport:
+    """What a side-by-side batch says on stderr and puts in the matrix as its servers go."""
+
+    def __init__(self, rows: list, publish, running: list[int], total: int) -> None:
+        self.rows, self.publish, self.running, self.total = rows, publish, running, total
+
+    def _say(self, job, text: str) -> None:
+        print(f"[{job.index + 1}/{self.total}] {job.output}{text}", file=sys.stderr, flush=True)
+
+    def start(self, job) -> None:
+        self.running.append(job.index)
         where = f" on GPU {','.join(map(str, job.gpus))} (share {job.share:g})" if job.gpus else ""
-        again = " again, alone" if job.alone else ""
-        print(f"{counter(job)} {job.output}{where}{again}", file=sys.stderr, flush=True)
+        self._say(job, where + (" again, alone" if job.alone else ""))
 
-    def on_done(job: Job, doc: dict | None, code: int, retried: bool) -> None:
-        running.remove(job.index)
+    def done(self, job, doc: dict | None, code: int, retried: bool) -> None:
+        from .core.validate import batch
+
+        self.running.remove(job.index)
         if retried:
-            print(f"{counter(job)} {job.output}: its start failed on memory beside another server of this batch "
-                  "(not the output's failure): validated again alone", file=sys.stderr, flush=True)
+            self._say(job, ": its start failed on memory beside another server of this batch (not the output's failure): "
+                      "validated again alone")
             return
         if doc is None:
             why = next((line[len("mxtrim: error: "):] for line in reversed(job.tail) if line.startswith("mxtrim: error: ")),
                        f"the validation exited with status {code} without a result")
             print(f"mxtrim: error: {why}", file=sys.stderr, flush=True)
-            rows[job.index] = batch.MatrixRow(str(job.output), batch.REFUSED, False, note=why)
+            self.rows[job.index] = batch.MatrixRow(str(job.output), batch.REFUSED, False, note=why)
         else:
-            rows[job.index] = _validated_row(job.output, doc, code == 0)
+            row = self.rows[job.index] = _validated_row(job.output, doc, code == 0)
             if job.alone:
-                rows[job.index].note = (rows[job.index].note + "; " if rows[job.index].note else "") + \
-                    "validated alone: its start beside another server failed on memory"
-            print(f"{counter(job)} {job.output}: {'ok' if code == 0 else 'failed'} (recorded in validation.json)",
-                  file=sys.stderr, flush=True)
-        publish()
+                row.note = (row.note + "; " if row.note else "") + "validated alone: its start beside another server failed on memory"
+            self._say(job, f": {'ok' if code == 0 else 'failed'} (recorded in validation.json)")
+        self.publish()
 
-    def on_refused(job: Job, why: str) -> None:
-        print(f"{counter(job)} {job.output}: not started: {why}", file=sys.stderr, flush=True)
-        rows[job.index] = batch.MatrixRow(str(job.output), batch.REFUSED, False, note=why)
-        publish()
+    def refused(self, job, why: str) -> None:
+        from .core.validate import batch
 
-    def on_pause(job: Job, paused: bool) -> None:
+        self._say(job, f": not started: {why}")
+        self.rows[job.index] = batch.MatrixRow(str(job.output), batch.REFUSED, False, note=why)
+        self.publish()
+
+    def pause(self, job, paused: bool) -> None:
         gpus = ",".join(map(str, job.gpus))
-        print(f"{counter(job)} {job.output}: " + (f"paused while another server on GPU {gpus} measures its memory" if paused
-                                               else "continued"), file=sys.stderr, flush=True)
-
-    allowed = _user_visible(first.visible_devices) if on_gpu else None
-    # auto on the CPU: a server per 8 cores (each runs its own threads on all of them)
-    limit = args.jobs if args.jobs is not None or on_gpu else max(1, (os.cpu_count() or 1) // 8)
-    ParallelBatch(jobs, argv_for, probe_gpus if on_gpu else None, limit, on_start, on_done, on_refused, allowed,
-                  on_pause=on_pause).run()
+        self._say(job, f": paused while another server on GPU {gpus} measures its memory" if paused else ": continued")
 
 
 def cmd_examples(args) -> int:

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from engine_support import run_cli
+from engine_support import cli_argv, run_cli
 from mxtrim_tui.demo.build import build_demo
 
 MISSING = "/nonexistent/models/Qwen3-8B-smoke"
@@ -123,9 +123,10 @@ def test_a_hand_made_example_without_a_tokenizer(workspace, tmp_path):
     assert examples(hand.parent)["examples"][0]["problems"] == []
 
 
-def test_the_default_folder_and_the_text_view(workspace):
+def test_the_default_folder_and_the_text_view(workspace, tmp_path):
     root, models = workspace
-    r = run_cli("examples", "--python", sys.executable)  # run in the repository, which holds no models folder
+    # run where there is no models folder (not the checkout: `make run` writes its outputs there)
+    r = subprocess.run(cli_argv("examples", "--python", sys.executable), capture_output=True, text=True, cwd=tmp_path, timeout=300)
     assert r.returncode == 1 and "tools/batched_test/models" in r.stderr and len(r.stderr.splitlines()) == 1
     r = run_cli("examples", str(models), "--python", sys.executable, env={"COLUMNS": "200"})
     assert r.returncode == 0, r.stderr

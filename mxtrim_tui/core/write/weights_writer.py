@@ -566,7 +566,6 @@ def write_weights(
     emit = progress or (lambda event: None)
     timings: dict[str, float] = {}
     out = prepare_output(plan, out)
-    src = plan.inventory.source
     _refuse_unextractable(plan)
 
     t0 = time.monotonic()
@@ -574,23 +573,13 @@ def write_weights(
     timings["prepare"] = time.monotonic() - t0
 
     tmp, script_tmp = _prepare_temporaries(out, emit)
-    check = None
-    job = None  # the structure check: its child, or its result
+    check = job = None  # the copy's check; the structure check (its child, or its result)
     try:
         check = CopyCheck(plan, extraction, tmp, hash_name)
         script_tmp.write_bytes(utf8(script_text))
-        if plan_check is not None and not plan_check.known:
-            child = plan_check.child
-            emit({"event": "stage", "name": "check", "status": "start", "pid": child.proc.pid if child is not None else None})
         job = _start_structure(plan, extraction, structure, emit)
-        t0 = time.monotonic()
-        done = run_extraction_script(script_tmp, src.root, tmp, emit, cancel, hash_name, check.seen)
-        timings["extract"] = time.monotonic() - t0
-        script_tmp.unlink()
-        if plan_check is not None:
-            t0 = time.monotonic()
-            plan, job = _plan_verdict(plan, plan_check, accept, extraction, job, structure, emit, cancel)
-            timings["check"] = time.monotonic() - t0
+        plan, job, done = _copy_beside_checks(plan, extraction, (script_tmp, tmp), check, job, structure,
+                                              (plan_check, accept), hash_name, emit, cancel, timings)
 
         events, files, not_copied = _write_file_entries(plan, extraction, tmp, emit)
 
@@ -607,13 +596,7 @@ def write_weights(
         timings["structure"] = time.monotonic() - t0
         _check_cancel(cancel)
 
-        files += [events.add(write_plan_json(plan, tmp, out, "weights", serve)), events.add(write_serve_script(plan, tmp, "weights", serve))]
-        manifest = _manifest(plan, out, done, digests, integrity, result, rows)
-        files.append(events.add(_write_manifest(tmp, manifest, hash_name)))
-        weights_info = {"integrity": integrity, "structure": result, "copy_method": done.get("method"),
-                        "script": SCRIPT_NAME, "manifest": MANIFEST_NAME}
-        readme = render_report(plan, out, "weights", files, not_copied, weights=weights_info, serve=serve)
-        files.append(events.add(readme_entry(write_text(tmp / README_NAME, readme))))
+        _write_reports(plan, out, tmp, events, files, not_copied, serve, (done, digests, integrity, result, rows), hash_name)
         rename_into_place(tmp, out)
         emit({"event": "stage", "name": "write", "status": "done", "output": str(out)})
     except OSError as exc:
@@ -626,6 +609,42 @@ def write_weights(
         raise
     return WeightsWriteResult(out, files, not_copied, estimate, integrity, result, done.get("method", ""), timings,
                               warnings=output_warnings(plan, out, files), plan=plan)
+
+
+def _copy_beside_checks(plan: TrimPlan, extraction, paths: tuple[Path, Path], check, job, structure: bool, verdict: tuple,
+                        hash_name: str, emit, cancel, timings: dict):
+    """Run the extraction script (``paths``: it, and the folder it writes) while the check child
+    answers; then take the plan check's verdict (``verdict``: the pending check and ``accept``).
+    Returns (the plan to write, the structure check, the script's result)."""
+    script_tmp, tmp = paths
+    plan_check, accept = verdict
+    if plan_check is not None and not plan_check.known:
+        child = plan_check.child
+        emit({"event": "stage", "name": "check", "status": "start", "pid": child.proc.pid if child is not None else None})
+    t0 = time.monotonic()
+    done = run_extraction_script(script_tmp, plan.inventory.source.root, tmp, emit, cancel, hash_name, check.seen)
+    timings["extract"] = time.monotonic() - t0
+    script_tmp.unlink()
+    if plan_check is not None:
+        t0 = time.monotonic()
+        plan, job = _plan_verdict(plan, plan_check, accept, extraction, job, structure, emit, cancel)
+        timings["check"] = time.monotonic() - t0
+    return plan, job, done
+
+
+def _write_reports(plan: TrimPlan, out: Path, tmp: Path, events, files: list[dict], not_copied, serve, copied: tuple,
+                   hash_name: str) -> None:
+    """The plan file, serve script, manifest and README of a verified copy, added to ``files``.
+    ``copied``: (the script's result, the source digests, the integrity check, the structure
+    check, the written tensors' rows)."""
+    done, digests, integrity, result, rows = copied
+    files += [events.add(write_plan_json(plan, tmp, out, "weights", serve)), events.add(write_serve_script(plan, tmp, "weights", serve))]
+    manifest = _manifest(plan, out, done, digests, integrity, result, rows)
+    files.append(events.add(_write_manifest(tmp, manifest, hash_name)))
+    weights_info = {"integrity": integrity, "structure": result, "copy_method": done.get("method"),
+                    "script": SCRIPT_NAME, "manifest": MANIFEST_NAME}
+    readme = render_report(plan, out, "weights", files, not_copied, weights=weights_info, serve=serve)
+    files.append(events.add(readme_entry(write_text(tmp / README_NAME, readme))))
 
 
 def _write_manifest(tmp: Path, manifest: dict, hash_name: str) -> dict:
