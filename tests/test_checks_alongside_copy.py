@@ -142,3 +142,27 @@ def test_answers_that_arrive_together_are_each_read():
         assert child.send({"op": "nothing"}) and child.receive(limit=60) is None and child.proc.poll() is None
     finally:
         child.close()
+
+
+@pytest.mark.asyncio
+async def test_the_wizard_checks_a_loaded_source_so_its_write_finds_the_verdict(sources, tmp_path, monkeypatch):
+    """The check child starts once a source is read in the wizard: by the output step the verdict
+    is remembered, and the write (`mxtrim trim --plan FILE`) copies without a check beside it."""
+    from mxtrim_tui.core.plan.plan_file import keep_plan_file
+    from tui_support import make_app, wait_for
+
+    env = {"XDG_CACHE_HOME": str(tmp_path / "cache"), "XDG_STATE_HOME": str(tmp_path / "state")}
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    app, ws = make_app(tmp_path, sources["llama"])
+    async with app.run_test(size=(100, 30)) as pilot:
+        assert await wait_for(pilot, lambda: app.state.plan is not None and app.state.plan.transformers_check is not None,
+                              timeout=120)
+        assert app.state.plan.transformers_check.status == "exact"
+        app.state.mode = "weights"
+        plan_file = keep_plan_file(app.state.trim_request(), app.state.plan)
+    out = tmp_path / "out"
+    r = run_cli("trim", "--plan", str(plan_file), "--out", str(out), "--progress", env=env)
+    assert r.returncode == 0, r.stderr
+    assert not [e for e in _events(r.stderr) if e.get("name") == "check"]  # remembered: nothing checked alongside
+    assert json.loads((out / "mxtrim-plan.json").read_text())["transformers_check"]["status"] == "exact"
