@@ -16,10 +16,7 @@ writes — placed on the GPUs it needs (TP devices) by the live occupancy:
   of its GPUs is inside that window is paused (SIGSTOP to its process group, before it takes
   the device) and continued when the window closes at the other's "init engine (profile,
   create kv cache, warmup model) took". A finished server is not stopped while a neighbour's
-  window is open (the child waits on the batch folder's ``profiling-GPU`` files). At most a
-  few servers are in their CPU start-up at once (``warming``: a fifth of the cores, at least
-  2): the next joins when one reaches its window, so start-ups do not slow each other down
-  while the windows, one per GPU at a time, set the pace;
+  window is open (the child waits on the batch folder's ``profiling-GPU`` files);
 * a start-up that fails on memory while it shared a GPU is run again alone: a failure caused
   by a neighbour is not the output's.
 
@@ -70,7 +67,6 @@ class Job:
     gpus: list[int] = field(default_factory=list)
     proc: subprocess.Popen | None = None
     profiling: bool = False  # inside its memory window (engine start to KV cache allocated)
-    measured: bool = False  # its window has opened: its CPU start-up is behind it
     paused: list[int] = field(default_factory=list)  # its server's process groups, stopped until a window closes
     shared: bool = False  # another of ours ran on one of its GPUs beside it
     stdout: list[str] = field(default_factory=list)
@@ -160,15 +156,12 @@ class ParallelBatch:
     ``on_pause(job, paused)`` report."""
 
     def __init__(self, jobs: list[Job], argv_for, probe, limit: int | None, on_start, on_done, on_refused,
-                 allowed: set[int] | None = None, poll: float = 0.5, on_pause=None, warming: int | None = None) -> None:
+                 allowed: set[int] | None = None, poll: float = 0.5, on_pause=None) -> None:
         self.pending = list(jobs)
         self.running: list[Job] = []
         self.argv_for = argv_for
         self.probe = probe
         self.limit = limit
-        # servers in their CPU start-up at once (GPU batches): enough that the next is ready when
-        # a memory window closes, few enough that they do not slow each other down
-        self.warming = warming or max(2, (os.cpu_count() or 1) // 5)
         self.on_start, self.on_done, self.on_refused = on_start, on_done, on_refused
         self.on_pause = on_pause or (lambda job, paused: None)
         self.ledger = GpuLedger(allowed)
@@ -193,7 +186,6 @@ class ParallelBatch:
 
     def _set_profiling(self, job: Job, on: bool) -> None:
         job.profiling = on
-        job.measured = job.measured or on
         for gpu in job.gpus:
             path = profiling_file(self.dir, gpu)
             if on:
@@ -247,14 +239,8 @@ class ParallelBatch:
         probe = self.probe() if self.probe is not None else None
         return probe if probe is not None and probe.available and probe.gpus else None
 
-    def _starting(self) -> int:
-        """GPU servers still in their CPU start-up (their window not yet opened, paused ones too)."""
-        return sum(1 for j in self.running if j.gpus and not j.measured)
-
     def _start_what_fits(self) -> None:
         while self.pending and (self.limit is None or len(self.running) < self.limit):
-            if self.pending[0].share is not None and self._starting() >= self.warming:
-                return  # the next joins once one of them reaches the GPU: start-ups contend for the CPU
             job = self.pending[0]
             probe = self._gpu_probe() if job.share is not None else None
             if job.share is not None and probe is None:
@@ -326,10 +312,8 @@ class ParallelBatch:
                 self._engine_starting(job)
             elif job.profiling and KV_READY.search(text):
                 self._window_closed(job)
-        elif event.get("event") == "check" and event.get("check") == "start-up":
-            job.measured = True  # healthy or failed: its start-up is over, window or not
-            if job.profiling:
-                self._window_closed(job)
+        elif event.get("event") == "check" and event.get("check") == "start-up" and job.profiling:
+            self._window_closed(job)
 
     def _finish(self, job: Job) -> None:
         code = job.proc.wait()
