@@ -17,12 +17,17 @@ class DeviceChoice:
     refused: str | None = None  # why no server can start (busy devices), else None
 
 
+def others_on(gpu, ours, unseen_are_ours: bool) -> list:
+    """The processes using ``gpu`` that are not in ``ours`` (a batch's own). With
+    ``unseen_are_ours``, a pid of another namespace (NVML in a container) is taken for one of
+    ours: it cannot be told apart while ours run there."""
+    return [p for p in gpu.processes if p.pid not in ours and not (unseen_are_ours and not pid_exists(p.pid))]
+
+
 def _busy(gpu, neighbours: frozenset[int] = frozenset()) -> str | None:
     """Why ``gpu`` is another workload's. ``neighbours``: the processes of the batch this
-    server runs in (``validate --jobs``), which placed it beside them; a pid of another
-    namespace (NVML in a container) is then taken for one of them."""
-    others = [p for p in gpu.processes
-              if p.pid not in neighbours and not (neighbours and not pid_exists(p.pid))]
+    server runs in (``validate --jobs``), which placed it beside them."""
+    others = others_on(gpu, neighbours, unseen_are_ours=bool(neighbours))
     if others:
         names = ", ".join(f"{p.name}[{p.pid}]" for p in others[:3])
         return f"GPU {gpu.index} is in use by {names}"

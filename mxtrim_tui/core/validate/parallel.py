@@ -35,11 +35,12 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..child_process import parent_death_signal
-from .devices import pid_exists
+from .devices import others_on, pid_exists
 
 MAX_SHARED = 0.95  # the shares of one GPU's memory that its servers may add up to
 # vLLM's EngineCore, about to take the device (its memory baseline follows) ...
@@ -70,15 +71,12 @@ class Job:
     paused: list[int] = field(default_factory=list)  # its server's process groups, stopped until a window closes
     shared: bool = False  # another of ours ran on one of its GPUs beside it
     stdout: list[str] = field(default_factory=list)
-    tail: list[str] = field(default_factory=list)
-    started: float = 0.0
-    finished: float = 0.0
+    tail: deque = field(default_factory=lambda: deque(maxlen=40))  # its last lines: server log, errors
 
 
 @dataclass
 class Placement:
-    gpus: list[int] | None  # None: not now
-    wait: str = ""  # why not now (a GPU profiling, full): try again when one of ours moves on
+    gpus: list[int] | None  # None: not now (try again when one of ours moves on)
     refused: str = ""  # why never (not enough GPUs free of others' memory, a share too large)
 
 
@@ -91,12 +89,10 @@ class GpuLedger:
 
     def held_by_others(self, gpu, ours: set[int], running_here: bool) -> str | None:
         """Why ``gpu`` holds memory of a process this batch did not start (None: it does not)."""
-        for p in gpu.processes:
-            if p.pid in ours:
-                continue
-            if pid_exists(p.pid) or not running_here:
-                return f"GPU {gpu.index} holds memory of {p.name or 'a process'}[{p.pid}], not started by this batch"
-            # a pid of another namespace (a container) while ours run here: taken for ours
+        others = others_on(gpu, ours, unseen_are_ours=running_here)
+        if others:
+            p = others[0]
+            return f"GPU {gpu.index} holds memory of {p.name or 'a process'}[{p.pid}], not started by this batch"
         base = self.baseline.setdefault(gpu.index, gpu.used_bytes or 0)
         if not running_here and base > IDLE_USED_BYTES and gpu.used_bytes and gpu.used_bytes > IDLE_USED_BYTES:
             return f"GPU {gpu.index}: {gpu.used_bytes / 2**30:.1f} GiB in use by processes not visible here"
@@ -130,7 +126,7 @@ class GpuLedger:
         if len(free_now) < job.devices:
             if not running:
                 return Placement(None, refused=f"no {job.devices} GPU(s) with {share:g} of their memory free")
-            return Placement(None, wait="waiting for a GPU")
+            return Placement(None)
         chosen = sorted(i for _, i in sorted(free_now)[:job.devices])
         return Placement(chosen)
 
@@ -139,13 +135,12 @@ IDLE_USED_BYTES = 2 * 2**30  # what a GPU nobody uses may show as used (driver, 
 
 
 def _tree(pid: int) -> set[int]:
-    """``pid`` and its descendants (psutil when present, else /proc)."""
-    try:
-        import psutil
+    """``pid`` and its live descendants."""
+    import psutil
 
-        proc = psutil.Process(pid)
-        return {pid, *(c.pid for c in proc.children(recursive=True))}
-    except Exception:  # noqa: BLE001 - gone, or psutil absent
+    try:
+        return {pid, *(c.pid for c in psutil.Process(pid).children(recursive=True))}
+    except psutil.Error:  # gone meanwhile
         return {pid}
 
 
@@ -169,6 +164,7 @@ class ParallelBatch:
         self.events: queue.Queue = queue.Queue()
         self.dir = Path(tempfile.mkdtemp(prefix="mxtrim-batch-"))
         self.ours: set[int] = set()
+        self._moved, self._next_try = True, 0.0  # placement is due: one of ours moved on / when
 
     # --- the children's side of the protocol ---------------------------------------------------
     def _env(self) -> dict[str, str]:
@@ -211,6 +207,7 @@ class ParallelBatch:
 
     def _window_closed(self, job: Job) -> None:
         """``job``'s window is over: the paused neighbours go on, one window per GPU."""
+        self._moved = True
         if job.profiling:
             self._set_profiling(job, False)
         for waiting in [j for j in self.running if j.paused]:
@@ -240,6 +237,13 @@ class ParallelBatch:
         return probe if probe is not None and probe.available and probe.gpus else None
 
     def _start_what_fits(self) -> None:
+        """Start what fits now. Placement probes the GPUs and walks the batch's processes: it is
+        tried again when one of ours moved on (finished, or its window closed), else at most
+        once per ``poll`` (memory another process frees), not at every log line read."""
+        now = time.monotonic()
+        if not self._moved and now < self._next_try:
+            return
+        self._moved, self._next_try = False, now + self.poll
         while self.pending and (self.limit is None or len(self.running) < self.limit):
             job = self.pending[0]
             probe = self._gpu_probe() if job.share is not None else None
@@ -262,7 +266,6 @@ class ParallelBatch:
             self._start(job)
 
     def _start(self, job: Job) -> None:
-        job.started = time.monotonic()
         job.proc = subprocess.Popen(self.argv_for(job), stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
                                     text=True, errors="replace", env=self._env(), start_new_session=True,
                                     preexec_fn=parent_death_signal())
@@ -303,11 +306,11 @@ class ParallelBatch:
         except ValueError:
             event = None
         if not isinstance(event, dict):
-            job.tail = (job.tail + [line.rstrip("\n")])[-40:]  # e.g. "mxtrim: error: …"
+            job.tail.append(line.rstrip("\n"))  # e.g. "mxtrim: error: …"
             return
         if event.get("event") == "log":
             text = str(event.get("line", ""))
-            job.tail = (job.tail + [text])[-40:]
+            job.tail.append(text)
             if job.gpus and ENGINE_STARTING.search(text):
                 self._engine_starting(job)
             elif job.profiling and KV_READY.search(text):
@@ -317,7 +320,6 @@ class ParallelBatch:
 
     def _finish(self, job: Job) -> None:
         code = job.proc.wait()
-        job.finished = time.monotonic()
         job.paused = []
         self.running.remove(job)
         self._window_closed(job)
