@@ -22,6 +22,7 @@ import pytest
 
 from engine_support import REPO, cli_argv, run_cli, small_llama_output
 from test_validate import VLLM_PYTHON, needs_vllm, servers
+from test_validate_flow import STAND_IN
 from test_vllm_discovery import make_env
 
 GIB = 2**30
@@ -73,13 +74,12 @@ def nvmlDeviceGetGraphicsRunningProcesses(h): return []
 '''
 
 # a server on the stand-in GPU: profiles for PROFILE seconds (failing as vLLM does when a
-# neighbour's memory changes meanwhile), logs vLLM's "init engine" line, then answers
-STANDIN_SERVER = r'''
+# neighbour's memory changes meanwhile), logs vLLM's "init engine" line, then answers as the
+# stand-in of test_validate_flow does (its first argument: the mode, here one that just serves)
+STANDIN_GPU = r'''
 import json, os, signal, sys, time
-from http.server import BaseHTTPRequestHandler, HTTPServer
 PROFILE = 1.5
 DIR = os.environ["STANDIN_GPU_DIR"]
-port = int(sys.argv[sys.argv.index("--port") + 1])
 model = sys.argv[sys.argv.index("--model") + 1]
 gpu = int(os.environ["CUDA_VISIBLE_DEVICES"].split(",")[0])
 share = float(sys.argv[sys.argv.index("--gpu-memory-utilization") + 1])
@@ -116,34 +116,8 @@ if neighbours() != before:
     sys.exit(1)
 print(f"INFO 12-04 20:00:00 [core.py:403] init engine (profile, create kv cache, warmup model) took {PROFILE:.2f} s", flush=True)
 event("kv-ready")
-
-class Handler(BaseHTTPRequestHandler):
-    def _send(self, doc):
-        body = json.dumps(doc).encode()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-    def do_GET(self):
-        if self.path == "/health":
-            self._send({})
-        elif self.path == "/v1/models":
-            self._send({"data": [{"id": model}]})
-        else:
-            self.send_response(404); self.end_headers()
-    def do_POST(self):
-        doc = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        n = doc.get("max_tokens", 8)
-        usage = {"prompt_tokens": 5, "completion_tokens": n}
-        if "messages" in doc:
-            self._send({"choices": [{"message": {"content": "x" * n}}], "usage": usage})
-        else:
-            self._send({"choices": [{"text": "x" * n, "token_ids": [1] * n}], "usage": usage})
-    def log_message(self, *a):
-        pass
-
-HTTPServer(("127.0.0.1", port), Handler).serve_forever()
 '''
+STANDIN_SERVER = STANDIN_GPU + STAND_IN
 
 
 @pytest.fixture(scope="module")
@@ -180,7 +154,7 @@ def batch(built, state: Path, models: Path, *extra: str, visible: str | None = N
     env.update(STANDIN_GPU_DIR=str(state), PYTHONPATH=os.pathsep.join([str(built["root"] / "standin"), str(REPO)]))
     if visible is not None:
         env["CUDA_VISIBLE_DEVICES"] = visible
-    launcher = f"{sys.executable} {built['root'] / 'server.py'}"
+    launcher = f"{sys.executable} {built['root'] / 'server.py'} serve"
     return subprocess.run(cli_argv("validate", "--all", str(models), "--serve", "--again", "--python", built["python"],
                                    "--launcher", launcher, "--timeout", "30", "--json", *extra),
                           capture_output=True, text=True, env=env, timeout=300)
