@@ -180,7 +180,7 @@ class RunScreen(WizardScreen):
             return
         from .validate_dialog import ValidateDialog
 
-        self.app.push_screen(ValidateDialog(self.worked_on or self.app.state.last_output), self.start_validation)
+        self.app.push_screen(ValidateDialog(self.worked_on), self.start_validation)
 
     def start_validation(self, request) -> None:
         """Run what the validate dialog chose (None: it was cancelled)."""
@@ -379,15 +379,14 @@ class RunScreen(WizardScreen):
             stats.update(f"stopped after {elapsed:.1f} s")
             bar.update(total=1, progress=0)
             return
-        written = _written_doc(message)  # written, with the harness entry refused after the write
-        if message.returncode != 0 and written is None:
+        doc = _json_doc(message.stdout)
+        if message.returncode != 0 and not _written_despite_harness(doc):
             reason = self._last_error or "see the log above"
             status.update(Text(f"✗ failed (exit {message.returncode}): {reason}", style="bold red"))
             stats.update(f"stopped after {elapsed:.1f} s; nothing was written")
             bar.update(total=1, progress=0)
             self._log(Text(f"exit {message.returncode}", style="bold red"))
             return
-        doc = written if written is not None else _json_doc(message.stdout)
         out = doc.get("output")
         self.app.state.last_output = out
         self.worked_on = out or self.worked_on
@@ -448,14 +447,10 @@ def _json_doc(stdout: str) -> dict:
     return doc if isinstance(doc, dict) else {}
 
 
-def _written_doc(message: "ChildExited") -> dict | None:
-    """The trim's JSON when it failed only at appending the harness entry (the output is
-    written), else None."""
-    if message.returncode == 0 or message.cancelled:
-        return None
-    doc = _json_doc(message.stdout)
+def _written_despite_harness(doc: dict) -> bool:
+    """A trim that failed only at appending the harness entry: the output is written."""
     harness = doc.get("batched_test")
-    return doc if doc.get("output") and isinstance(harness, dict) and "error" in harness else None
+    return bool(doc.get("output")) and isinstance(harness, dict) and "error" in harness
 
 
 class ValidationView:

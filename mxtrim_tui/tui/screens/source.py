@@ -225,12 +225,13 @@ class SourceScreen(WizardScreen):
     def _submit(self, event: Input.Submitted) -> None:
         self._read_typed(event.value)
 
-    def _read_typed(self, value: str) -> Path | None:
-        """What Enter in the path box does: read the directory typed (``~`` expanded)."""
+    def _read_typed(self, value: str, chosen: tuple | None = None) -> Path | None:
+        """What Enter in the path box does: read the directory typed (``~`` expanded); with
+        ``chosen``, the layers, MTP and mode to plan it with."""
         if not value.strip():
             return None
         path = Path(os.path.expanduser(value.strip()))
-        self.app.load_source(path)
+        self.app.load_source(path, chosen)
         return path
 
     @on(OptionList.OptionSelected, "#recent")
@@ -328,9 +329,6 @@ class SourceScreen(WizardScreen):
             # written with (not the automatic set); once it is read, on to the next step
             path_box = self.query_one("#path", Input)
             path_box.value = example.source["path"]
-            value = path_box.value.strip()
-            if value:
-                self._advance_to = Path(os.path.expanduser(value))
-                self.app.load_source(self._advance_to, plan_selection(details.get("output_plan")))
+            self._advance_to = self._read_typed(path_box.value, plan_selection(details.get("output_plan"))) or self._advance_to
         elif choice == "validate":
             self.app.validate_output(Path(example.path))

@@ -137,7 +137,7 @@ def failed_checks(example) -> list[str]:
     return found
 
 
-def _kept_line(details: dict, layers: int | None, mtp_known: bool = True) -> str:
+def _kept_line(details: dict, layers: int | None, mtp_known: bool) -> str:
     kept = ", ".join(f"{sub} {', '.join(map(str, idx)) or 'none'}" for sub, idx in details.get("kept", {}).items())
     # a model that never had MTP heads did not drop any
     mtp = {True: " · MTP kept", False: " · MTP dropped"}.get(details.get("mtp_kept"), "") if mtp_known else ""
@@ -185,8 +185,7 @@ def details_table(example, details: dict) -> Table:
     t.add_row("folder", Text(example.path))
     if example.made_by == "mxtrim":
         t.add_row("made by", Text(f"mxtrim, from {details.get('model') or 'a model'}: {example.mode} output"))
-        t.add_row("kept", Text(_kept_line(details, example.layers, had_mtp(details.get("output_plan", {}))
-                                          if "output_plan" in details else True)))
+        t.add_row("kept", Text(_kept_line(details, example.layers, had_mtp(details.get("output_plan")))))
     else:
         t.add_row("made by", "hand (no mxtrim plan)")
         t.add_row("layers", "—" if example.layers is None else f"{example.layers} (config.json)")
@@ -197,12 +196,12 @@ def details_table(example, details: dict) -> Table:
     t.add_row("drift", Text("not checked here (mxtrim examples compares with a vLLM environment)", style="dim"))
     problems = Text("\n".join("⚠ " + p for p in example.problems), style="yellow") if example.problems else Text("none", style="dim")
     t.add_row(f"problems ({len(example.problems)})" if example.problems else "problems", problems)
-    tok = getattr(example, "tokenizer", None) or {}
+    tok = example.tokenizer or {}
     if tok.get("usable") is False and tok.get("files"):
         t.add_row("tokenizer", Text(f"⚠ not usable: {tok.get('detail')}", style="yellow"))
-    if example.made_by == "hand" and getattr(example, "env", None):
+    if example.made_by == "hand" and example.env:
         t.add_row("environment", Text("\n".join(f"{v['name']}={v['value']} ({v['file']})" for v in example.env), style="dim"))
-    history = getattr(example, "history", None)
+    history = example.history
     if history:
         shown = Text(f"{history['status']} ({', '.join(history['sections'])}"
                      + (f"; {', '.join(history['dates'])}" if history["dates"] else "") + ")", style="cyan")
