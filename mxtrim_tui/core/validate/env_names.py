@@ -14,6 +14,8 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..write.launch_text import read_text
+
 # names of vLLM's family: checked against the known ones (others — CUDA_VISIBLE_DEVICES,
 # HF_HUB_OFFLINE, FLASHINFER_* — belong to other programs and are listed only)
 VLLM_FAMILY = re.compile(r"(VLLM_|MACA_VLLM_)\w+")
@@ -60,11 +62,9 @@ def names_in(files: list[Path]) -> set[str]:
     names given to ``os.getenv``)."""
     found: set[str] = set()
     for path in files:
-        try:
-            with open(path, "rb") as fh:
-                found |= set(_QUOTED_NAME.findall(fh.read(_ENVS_LIMIT).decode("utf-8", "replace")))
-        except OSError:
-            continue
+        text = read_text(path, _ENVS_LIMIT)
+        if text:
+            found |= set(_QUOTED_NAME.findall(text))
     return found
 
 

@@ -26,9 +26,10 @@ import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from ..read.files import read_limited
 from ..read.source_pins import pin_differences
 from ..write.launch_text import (
-    TEXT_LIMIT, env_settings, logical_lines, read_tokenizer_config, shell_blocks, stale_paths, tokenizer_state,
+    TEXT_LIMIT, env_settings, logical_lines, shell_blocks, stale_paths, tokenizer_state,
     workspace_root,
 )
 from .env_names import KnownEnv, known_env_names
@@ -152,8 +153,7 @@ def _tokenizer(path: Path) -> dict:
         names = [p.name for p in path.iterdir() if p.is_file()]
     except OSError:
         names = []
-    config = read_tokenizer_config(path / "tokenizer_config.json") if "tokenizer_config.json" in names else None
-    return tokenizer_state(names, config)
+    return tokenizer_state(names, path)
 
 
 def _environment(ex: Example, texts: dict[str, str | None], known_env: KnownEnv | None) -> list[dict]:
@@ -202,11 +202,9 @@ def _index(path: Path) -> dict | None:
     """The first weight index (``*.safetensors.index.json``) of a folder against its shards."""
     for index in sorted(path.glob("*.safetensors.index.json")):
         try:
-            if index.stat().st_size > INDEX_LIMIT:
-                continue
-        except OSError:
+            doc = json.loads(read_limited(index, INDEX_LIMIT))
+        except (OSError, ValueError):  # unreadable, too large, not a regular file, not JSON
             continue
-        doc = _json(index)
         weight_map = doc.get("weight_map") if isinstance(doc, dict) else None
         if not isinstance(weight_map, dict):
             continue

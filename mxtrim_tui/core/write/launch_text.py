@@ -247,18 +247,19 @@ def read_tokenizer_config(path: Path) -> dict | None:
     return doc if isinstance(doc, dict) else None
 
 
-def tokenizer_state(names, tokenizer_config: dict | None) -> dict:
-    """Whether the files ``names`` (of one folder) make a tokenizer: {"usable": True | False |
-    None (custom code, not judged), "files": the tokenizer files, "detail"}.
-    ``tokenizer_config``: that folder's tokenizer_config.json, parsed (None: none)."""
+def tokenizer_state(names, folder: Path) -> dict:
+    """Whether the files ``names`` of ``folder`` make a tokenizer: {"usable": True | False |
+    None (custom code, not judged), "files": the tokenizer files, "detail"}. The folder's
+    tokenizer_config.json is read only when ``names`` hold it and no tokenizer.json."""
     names = set(names)
     files = sorted(n for n in names if TOKENIZER_NAMES.fullmatch(n))
     vocabulary = sorted(n for n in names if _VOCABULARY.fullmatch(n))
+    if "tokenizer.json" in names:
+        return {"usable": True, "files": files, "detail": "tokenizer.json"}
+    tokenizer_config = read_tokenizer_config(Path(folder) / "tokenizer_config.json") if "tokenizer_config.json" in names else None
     cls = (tokenizer_config or {}).get("tokenizer_class")
     cls = cls if isinstance(cls, str) else None
     auto_map = (tokenizer_config or {}).get("auto_map")
-    if "tokenizer.json" in names:
-        return {"usable": True, "files": files, "detail": "tokenizer.json"}
     if isinstance(auto_map, (dict, list)) and "AutoTokenizer" in json.dumps(auto_map):
         return {"usable": None, "files": files, "detail": "a custom tokenizer (auto_map): not judged"}
     if cls == "PreTrainedTokenizerFast":
@@ -297,12 +298,12 @@ def _copied_script_paths(text: str, source_root: Path, out: Path, written: set[s
             continue
         path = Path(p["path"])
         try:
-            path.resolve().relative_to(source_root.resolve())
+            inside = path.resolve().is_relative_to(source_root.resolve())
+        except (OSError, RuntimeError):  # a symlink loop
+            inside = False
+        if inside:
             found.append(f"{p['path']} (line {p['line']}), the source itself")
-            continue
-        except (ValueError, OSError):
-            pass
-        if not path.exists():
+        elif not path.exists():
             found.append(f"{p['path']} (line {p['line']}), which does not exist")
     return found
 
@@ -314,8 +315,7 @@ def output_warnings(plan, out: Path, files: list[dict]) -> list[str]:
     warnings = []
     source_root = Path(plan.inventory.source.root)
     written = {f["path"] for f in files}
-    config = read_tokenizer_config(source_root / "tokenizer_config.json") if "tokenizer_config.json" in written else None
-    state = tokenizer_state(written, config)
+    state = tokenizer_state(written, source_root)
     if state["usable"] is False:
         warnings.append(f"No usable tokenizer in this output: {state['detail']}. vLLM builds the tokenizer when it starts, so "
                         "serving fails; put the model's tokenizer.json in the source and trim again (or serve with "
