@@ -634,7 +634,7 @@ def _serve_options(args, out: Path, plan_doc: dict, vllm=None):
 
     from .core.user_settings import get_setting
     from .core.validate.devices import choose_devices
-    from .core.validate.locate import SETTING, find_vllm_python
+    from .core.probe.vllm_python import SETTING, find_vllm_python
     from .core.plan.budget import DEFAULT_GPU_MEMORY_UTILIZATION
     from .core.validate.serve import ServeOptions, cpu_attention_backend, cpu_serve_dtype
 
@@ -833,7 +833,7 @@ def cmd_validate_many(args) -> int:
     from .core.user_settings import get_setting
     from .core.validate import batch
     from .core.validate.examples import now_versions
-    from .core.validate.locate import SETTING, find_vllm_python
+    from .core.probe.vllm_python import SETTING, find_vllm_python
 
     outputs, hand_made, folder = _many_outputs(args)
     vllm = find_vllm_python(args.python, get_setting(SETTING))
@@ -1026,7 +1026,7 @@ class _SideBySideReport:
 def cmd_examples(args) -> int:
     from .core.user_settings import get_setting
     from .core.validate.examples import SCHEMA, now_versions, scan, workspace_folder
-    from .core.validate.locate import SETTING, VllmNotFound, absolute_interpreter, find_vllm_python
+    from .core.probe.vllm_python import SETTING, VllmNotFound, absolute_interpreter, find_vllm_python
 
     folder = Path(os.path.abspath(workspace_folder(args.folder, Path.cwd())))
     if not folder.is_dir():

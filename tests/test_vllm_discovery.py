@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from engine_support import cli_argv as cli, small_llama_output
-from mxtrim_tui.core.validate.locate import VllmNotFound, find_vllm_python, script_interpreter
+from mxtrim_tui.core.probe.vllm_python import VllmNotFound, find_vllm_python, script_interpreter
 
 
 def make_env(root: Path, *, vllm: str | None, distribution: str = "vllm") -> str:

@@ -125,9 +125,6 @@ class CheckChild:
             return None
         return answer
 
-    def ask(self, request: dict, limit: float = LIMIT, interrupt=None) -> dict | None:
-        return self.receive(limit, interrupt) if self.send(request) else None
-
     def last_words(self) -> str:
         self._err.seek(0)
         lines = self._err.read().decode(errors="replace").strip().splitlines()

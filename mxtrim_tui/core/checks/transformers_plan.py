@@ -575,7 +575,6 @@ def checked_plan(plan, *, force: bool = False):
         from .loader import transformers_version
 
         check = TransformersCheck(NOT_CHECKED, f"the check could not run on transformers {transformers_version()} ({_first_line(exc)})")
-        return dataclasses.replace(plan, issues=list(plan.issues) + _unchecked_fields_issue(plan, check), transformers_check=check)
     inv = plan.inventory
     if check.status == MISMATCH and plan.auto.get("text"):
         kept = plan.kept["text"]

@@ -222,7 +222,7 @@ def kv_bytes_per_token(kind: str, cfg: dict, tp: int, dtype_bytes: int, kv_cache
             n, note = latent * dtype_bytes, "MLA latent, replicated on every TP rank"
         if kind in (DSA_FULL, DSA_SHARED) and cfg.get("index_head_dim"):
             idx = first_int(cfg, "index_head_dim", default=0)
-            n += idx + 4 * max(1, idx // 128)  # FP8 keys + one FP32 scale per 128
+            n += indexer_key_bytes(idx)
             note += " + indexer key cache"
         return n, note
     if kind == KV_SHARED:
@@ -251,8 +251,13 @@ def compressed_kv_bytes(ratio: int, cfg: dict, kv_cache_dtype: str, dtype_bytes:
     per_token = math.ceil(row / ratio)
     if ratio == 4:
         idx = first_int(cfg, "index_head_dim", default=128) or 128
-        per_token += math.ceil((idx + 4 * max(1, idx // 128)) / ratio)
+        per_token += math.ceil(indexer_key_bytes(idx) / ratio)
     return per_token, row
+
+
+def indexer_key_bytes(index_head_dim: int) -> int:
+    """One token's sparse-attention indexer key: FP8 values + one FP32 scale per 128."""
+    return index_head_dim + 4 * max(1, index_head_dim // 128)
 
 
 def recurrent_state_bytes(kind: str, cfg: dict, tp: int) -> int | None:
@@ -300,6 +305,8 @@ def compute_budget(plan: TrimPlan, inputs: BudgetInputs) -> Budget:
     # command mxtrim writes sets it to max_model_len unless told otherwise.
     batched = inputs.max_num_batched_tokens or inputs.max_model_len
     dtype_bytes = model_dtype_bytes(cfg) if inputs.kv_cache_dtype in ("auto", "") else inputs.kv_dtype_bytes
+    # what a sliding-window layer holds per sequence (the window, and one step's new tokens)
+    windowed = min(window - 1 + batched, inputs.max_model_len) if window else inputs.max_model_len
     for m in plan.mappings:
         if m.submodel not in ("text", "mtp"):
             continue
@@ -308,13 +315,13 @@ def compute_budget(plan: TrimPlan, inputs: BudgetInputs) -> Budget:
         n, note = kv_bytes_per_token(kind, cfg, tp, dtype_bytes, inputs.kv_cache_dtype)
         tokens = inputs.max_model_len
         if kind == SLIDING and window:
-            tokens = min(window - 1 + batched, inputs.max_model_len)
+            tokens = windowed
         if kind == CHUNKED and chunk:
             tokens = min(tokens, chunk)
         state = 0
         if ratio is not None:  # DeepSeek-V4: compressed cache per token, sliding window per sequence
             n, row = compressed_kv_bytes(ratio, cfg, inputs.kv_cache_dtype, dtype_bytes)
-            held = min(window - 1 + batched, inputs.max_model_len) if window else inputs.max_model_len
+            held = windowed
             state = row * held
             note = (f"1 row of {row} B per {ratio} tokens" + (" + indexer keys" if ratio == 4 else "") + "; " if ratio > 1 else "") \
                 + f"sliding window of {held:,} tokens per sequence; {V4_NOTE}"

@@ -386,7 +386,7 @@ def build_plan(inv: Inventory, selection: Selection | None = None, *, _auto_prob
     if sm_text is not None:
         ctx = TrimContext(edits, issues, config, text_stack, text_path, text_kept, kinds, inv, mtp_kept)
         _rewrite_text_stack(ctx, fam, text_stack, old_n, text_kept)
-        _check_target_lists(ctx, fam, has_mtp)
+        _check_target_lists(ctx, fam)
 
     _rewrite_other_stacks(inv, kept, edits, issues, config)
 
@@ -649,7 +649,7 @@ def _rewrite_unlisted_per_layer_fields(ctx: TrimContext, old_n: int, keep: list[
             ctx.set(f, [v[i] for i in keep], "per-layer list re-sliced to the kept layers")
 
 
-def _check_target_lists(ctx: TrimContext, fam, has_mtp: bool) -> None:
+def _check_target_lists(ctx: TrimContext, fam) -> None:
     """The text layers the draft heads read (DSpark's ``dspark_target_layer_ids``) follow the
     mapping; a target that is not kept is said, never substituted: the heads' input
     projection is sized for every target, so drafting no longer loads."""
@@ -660,7 +660,7 @@ def _check_target_lists(ctx: TrimContext, fam, has_mtp: bool) -> None:
             continue
         ctx.set(f, [pos[i] for i in v if i in pos], "draft heads' target layers remapped to the new numbering")
         missing = [i for i in v if i not in pos]
-        if not missing or not has_mtp or not ctx.mtp_kept:
+        if not missing or not ctx.mtp_kept:
             continue  # all kept, or no heads to read them (the heads' own message says so)
         remain = [i for i in v if i in pos]
         where = (f"the remaining target(s) {', '.join(map(str, remain))} become layer(s) "

@@ -245,11 +245,6 @@ _LAYER_NUMBER = re.compile(r"\.\d+\.")
 _EXPERT_FOLD = re.compile(r"\.experts\.N\.")
 
 
-def block_split_problems(plan, tp: int, expert_parallel: bool, block: tuple[int, int]) -> list[str]:
-    """The lines of :func:`block_split_failures`."""
-    return [line for line, _ in block_split_failures(plan, tp, expert_parallel, block)]
-
-
 def block_split_failures(plan, tp: int, expert_parallel: bool, block: tuple[int, int]) -> list[tuple[str, str]]:
     """The retained block-quantized weights whose TP share is not whole quantization blocks,
     as vLLM refuses them at start-up (``validate_fp8_block_shape``: a column-parallel share of

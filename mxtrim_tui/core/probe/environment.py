@@ -54,10 +54,11 @@ def validation_environment() -> dict:
 
 @lru_cache(maxsize=8)
 def _validation_environment(setting: str | None, variable: str | None, cwd: str) -> tuple:
-    from .vllm_python import VllmNotFound, find_vllm_python
+    from .vllm_python import ENV_VAR, VllmNotFound, find_vllm_python, local_places
 
-    try:
-        found = find_vllm_python(None, setting)
+    try:  # exactly what the cache is keyed on
+        found = find_vllm_python(None, setting, environ={ENV_VAR: variable} if variable is not None else {},
+                                 local=local_places(cwd or None))
     except VllmNotFound as exc:
         return (("error", str(exc)),)
     return (("python", found.python), ("origin", found.origin), ("version", found.version))

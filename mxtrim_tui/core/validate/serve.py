@@ -39,7 +39,7 @@ API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 @dataclass
 class ServeOptions:
     python: str  # the interpreter of the environment that holds vLLM
-    python_origin: str = ""  # where that interpreter was found (locate.find_vllm_python)
+    python_origin: str = ""  # where that interpreter was found (probe.vllm_python.find_vllm_python)
     entry: str = "cli"  # "cli": `vllm serve` (its module); "api_server": the OpenAI server module
     device: str = "auto"  # auto | cpu | cuda | maca
     gpus: str | None = None  # e.g. "0,1": CUDA_VISIBLE_DEVICES / MACA_VISIBLE_DEVICES

@@ -187,7 +187,7 @@ class RunScreen(WizardScreen):
         if request is None:
             return
         from ...core.user_settings import set_setting
-        from ...core.validate.locate import SETTING
+        from ...core.probe.vllm_python import SETTING
 
         set_setting(SETTING, request.typed_python or None)
         self.worked_on = request.output

@@ -1,6 +1,6 @@
 """The validate dialog (`v` on the run screen): which output, which vLLM, which checks.
 
-The vLLM interpreter is found by the engine's one rule (``core.validate.locate``); what the
+The vLLM interpreter is found by the engine's one rule (``core.probe.vllm_python``); what the
 user types here is kept (``settings.json``) and passed on as ``--python``. With no vLLM found,
 Start is refused with that one line and nothing is started."""
 
@@ -20,7 +20,7 @@ from textual.widgets import Button, Checkbox, Input, Label, Static
 from ...core.errors import InputError
 from ...core.user_settings import get_setting
 from ...core.validate.run import read_output
-from ...core.validate.locate import SETTING, VllmNotFound, VllmPython, find_vllm_python
+from ...core.probe.vllm_python import SETTING, VllmNotFound, VllmPython, find_vllm_python
 from .base import TailInput
 
 
