@@ -150,10 +150,13 @@ def render_report(
     weights: dict | None = None,
     *,
     serve: BudgetInputs | None = None,
+    warnings: list[str] | None = None,
 ) -> str:
     """``weights`` (real-weight mode): what the weights writer established — ``integrity``,
     ``structure`` (a StructureResult), ``copy_method``, ``script``, ``manifest``. ``serve``:
-    the serve settings chosen (None: the command's defaults, TP as a shell variable)."""
+    the serve settings chosen (None: the command's defaults, TP as a shell variable).
+    ``warnings``: the output's own (:func:`.launch_text.output_warnings`), when the writer
+    has them already."""
     lines: list[str] = []
     add = lines.append
     _summary_section(add, plan, mode, weights)
@@ -165,7 +168,7 @@ def render_report(
     _environment_section(add)
     _serve_section(add, plan, out_dir, mode, serve)
     _validation_section(add, out_dir, weights)
-    _warnings_section(add, plan, output_warnings(plan, out_dir, files))
+    _warnings_section(add, plan, output_warnings(plan, out_dir, files) if warnings is None else warnings)
     return "\n".join(lines)
 
 

@@ -596,7 +596,7 @@ def write_weights(
         timings["structure"] = time.monotonic() - t0
         _check_cancel(cancel)
 
-        _write_reports(plan, out, tmp, events, files, not_copied, serve, (done, digests, integrity, result, rows), hash_name)
+        warnings = _write_reports(plan, out, tmp, events, files, not_copied, serve, (done, digests, integrity, result, rows), hash_name)
         rename_into_place(tmp, out)
         emit({"event": "stage", "name": "write", "status": "done", "output": str(out)})
     except OSError as exc:
@@ -608,7 +608,7 @@ def write_weights(
         _remove_partial_output(tmp, script_tmp)
         raise
     return WeightsWriteResult(out, files, not_copied, estimate, integrity, result, done.get("method", ""), timings,
-                              warnings=output_warnings(plan, out, files), plan=plan)
+                              warnings=warnings, plan=plan)
 
 
 def _copy_beside_checks(plan: TrimPlan, extraction, paths: tuple[Path, Path], check, job, structure: bool, verdict: tuple,
@@ -633,8 +633,9 @@ def _copy_beside_checks(plan: TrimPlan, extraction, paths: tuple[Path, Path], ch
 
 
 def _write_reports(plan: TrimPlan, out: Path, tmp: Path, events, files: list[dict], not_copied, serve, copied: tuple,
-                   hash_name: str) -> None:
-    """The plan file, serve script, manifest and README of a verified copy, added to ``files``.
+                   hash_name: str) -> list[str]:
+    """The plan file, serve script, manifest and README of a verified copy, added to ``files``;
+    returns the output's warnings (the README's).
     ``copied``: (the script's result, the source digests, the integrity check, the structure
     check, the written tensors' rows)."""
     done, digests, integrity, result, rows = copied
@@ -643,8 +644,10 @@ def _write_reports(plan: TrimPlan, out: Path, tmp: Path, events, files: list[dic
     files.append(events.add(_write_manifest(tmp, manifest, hash_name)))
     weights_info = {"integrity": integrity, "structure": result, "copy_method": done.get("method"),
                     "script": SCRIPT_NAME, "manifest": MANIFEST_NAME}
-    readme = render_report(plan, out, "weights", files, not_copied, weights=weights_info, serve=serve)
+    warnings = output_warnings(plan, out, [*files, {"path": README_NAME}])  # the README's and the result's
+    readme = render_report(plan, out, "weights", files, not_copied, weights=weights_info, serve=serve, warnings=warnings)
     files.append(events.add(readme_entry(write_text(tmp / README_NAME, readme))))
+    return warnings
 
 
 def _write_manifest(tmp: Path, manifest: dict, hash_name: str) -> dict:

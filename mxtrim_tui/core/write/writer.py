@@ -324,7 +324,8 @@ def write_dummy(plan: TrimPlan, out: Path, *, progress=None, serve=None) -> Writ
         files, not_copied = write_documents_and_assets(plan, tmp, events, reserved=DUMMY_GENERATED)
         files.append(events.add(write_plan_json(plan, tmp, out, "dummy", serve)))
         files.append(events.add(write_serve_script(plan, tmp, "dummy", serve)))
-        readme = render_report(plan, out, "dummy", files, not_copied, serve=serve)
+        warnings = output_warnings(plan, out, [*files, {"path": README_NAME}])  # the README's and the result's
+        readme = render_report(plan, out, "dummy", files, not_copied, serve=serve, warnings=warnings)
         files.append(events.add(readme_entry(write_text(tmp / README_NAME, readme))))
         rename_into_place(tmp, out)
         emit({"event": "stage", "name": "write", "status": "done", "output": str(out)})
@@ -336,7 +337,7 @@ def write_dummy(plan: TrimPlan, out: Path, *, progress=None, serve=None) -> Writ
         with signals_held():
             shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return WriteResult(out, files, not_copied, warnings=output_warnings(plan, out, files))
+    return WriteResult(out, files, not_copied, warnings=warnings)
 
 
 def write_failed(out: Path, exc: OSError) -> OutputError:
