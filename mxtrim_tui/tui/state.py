@@ -36,6 +36,7 @@ class WizardState:
     _estimate: tuple | None = field(default=None, repr=False)
     _dummy_estimate: tuple | None = field(default=None, repr=False)
     _needed: tuple | None = field(default=None, repr=False)
+    _batched_test: tuple | None = field(default=None, repr=False)
 
     @property
     def output_path(self) -> Path | None:
@@ -103,11 +104,17 @@ class WizardState:
         config, out = self.batched_test_config, self.output_path
         if config is None or out is None:
             return None
-        try:
-            check_config(config, [out.name])
-        except InputError as exc:
-            return str(exc)
-        return None
+        # checked again only when the file, its folder or the name changed, not at every key
+        # typed in step 5 (the file is read and parsed twice)
+        key = (config, out.name, _file_state(config))
+        if self._batched_test is None or self._batched_test[0] != key:
+            try:
+                check_config(config, [out.name])
+                problem = None
+            except InputError as exc:
+                problem = str(exc)
+            self._batched_test = (key, problem)
+        return self._batched_test[1]
 
     def dummy_estimate(self) -> int:
         """Every byte a dummy output of the current plan writes, README.md and mxtrim-plan.json
@@ -173,3 +180,13 @@ class WizardState:
 
         return TrimRequest(source=self.source_path, keep=self.keep_specs(), mtp=self.mtp_choice(), mode=self.mode,
                            out=self.output_path, serve=self.serve_settings())
+
+
+def _file_state(path: Path) -> tuple:
+    """What a check of ``path`` depends on: its size and change time, or, absent, whether its
+    folder exists."""
+    try:
+        st = path.stat()
+        return (st.st_size, st.st_mtime_ns, st.st_ino)
+    except OSError:
+        return ("absent", path.parent.is_dir())
