@@ -246,5 +246,5 @@ def test_strings_that_yaml_would_misread_are_quoted(tmp_path):
     """Names are output directory names: whatever they hold reads back as written."""
     odd = ["yes", "null", "1e3", "a: b", "# not a comment", "it's", "tab\there", "line\nbreak", "中文", "-", "[x]"]
     fields = {"name": "odd", "values": odd, "map": {k: k for k in odd}, "floats": [0.8, 1.0, 1e-05]}
-    entry = batched_test_entry.Entry("odd", tmp_path, fields)
+    entry = batched_test_entry.Entry("odd", fields)
     assert yaml.safe_load(entry.yaml()) == [fields]

@@ -44,10 +44,9 @@ MOE_KINDS = ("moe", "hash-moe")
 
 @dataclass(frozen=True)
 class Entry:
-    """One harness entry: its name, the output it serves and its fields (in the YAML's order)."""
+    """One harness entry: its name and its fields (in the YAML's order)."""
 
     name: str
-    output: Path
     fields: dict
     comment: str = ""
 
@@ -191,7 +190,7 @@ def entry_for_output(output: Path, config: Path) -> Entry:
     text = kept.get("text") if isinstance(kept.get("text"), list) else []
     what = f"{model.get('name')} cut to {len(text)} text layer(s)" if isinstance(model.get("name"), str) else f"{len(text)} text layer(s)"
     comment = f"mxtrim {mxtrim_version()}: {what}, {mode}" + (", MTP kept" if doc.get("mtp_kept") is True else "")
-    return Entry(output.name, output, fields, _one_line(comment))
+    return Entry(output.name, fields, _one_line(comment))
 
 
 def _one_line(text: str) -> str:
@@ -460,7 +459,7 @@ def check_config(config: Path, names: list[str]) -> None:
     unreadable or malformed file, a missing folder, a name already there. Nothing is written."""
     config = Path(config)
     before = _existing(config)
-    stubs = [Entry(n, Path(n), {"name": n, "model_path": "./" + n}) for n in names]
+    stubs = [Entry(n, {"name": n, "model_path": "./" + n}) for n in names]
     _refuse_duplicates(config, stubs, before.names, skip_present=False)
     _check_appended(config, before, _joined(before.data, "\n".join(e.yaml() for e in stubs)), stubs)
 
