@@ -266,3 +266,22 @@ def test_one_write_of_keys_in_a_real_terminal_is_what_step_5_shows(demo, tmp_pat
         assert b"required" not in term.screen.split(b"TP=2, context 2041")[-1]
     finally:
         term.kill()
+
+
+@pytest.mark.asyncio
+async def test_a_mode_key_and_ctrl_s_in_one_burst_write_that_mode(tmp_path, demo, monkeypatch):
+    import json
+
+    from mxtrim_tui.tui.screens.run import RunScreen
+
+    started = []
+    monkeypatch.setattr(RunScreen, "start", lambda self, argv, kind="trim": started.append(argv))
+    app, ws = make_app(tmp_path, demo)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await loaded(app, pilot)
+        await at_step(app, pilot, "5")
+        assert app.state.mode == "dummy"
+        burst(app, "w", "ctrl+s")
+        assert await wait_for(pilot, lambda: started)
+        plan_file = started[0][started[0].index("--plan") + 1]
+        assert json.loads(open(plan_file).read())["mode"] == "weights"

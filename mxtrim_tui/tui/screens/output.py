@@ -190,6 +190,9 @@ class OutputScreen(WizardScreen):
         if button.disabled:
             self.notify(self.app.state.weights_blocker() or "not available", severity="warning")
             return
+        # the state now: a Ctrl+S in the same burst of keys writes this mode (the radio's own
+        # Changed message, which refreshes the step, comes after it)
+        self.app.state.mode = mode
         button.value = True
 
     @on(RadioSet.Changed, "#mode")
