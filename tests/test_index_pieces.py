@@ -304,3 +304,44 @@ def test_a_defect_in_a_shard_order_index_is_never_settled_by_the_comparison(tmp_
     with_pieces, whole, _ = _both_ways(root, monkeypatch)
     assert True not in compared
     assert with_pieces == whole
+
+
+def _append_to_last_shard(root, name):
+    """The last shard written again with one more tensor, ``name``, at its end."""
+    from mxtrim_tui.core.read.safetensors_io import build_header_bytes, read_header
+
+    shard = sorted(root.glob("*.safetensors"))[-1]
+    header = read_header(shard)
+    body = shard.read_bytes()[header.data_start:]
+    entries = [(t.name, t.dtype, t.shape, t.end - t.begin) for t in header.by_offset()] + [(name, "F32", (2,), 8)]
+    prefix, _ = build_header_bytes(entries, header.metadata)
+    shard.write_bytes(prefix + body + bytes(8))
+
+
+def test_a_name_held_by_two_shards_is_never_settled_by_the_comparison(tmp_path, monkeypatch):
+    """The index lists every shard's names in order, so it names the tensor twice, once with
+    each shard: the comparison holds, and the check must still send it the long way."""
+    root = _plain_checkpoint(tmp_path)
+    _append_to_last_shard(root, "model.embed_tokens.weight")
+    from mxtrim_tui.core.read.safetensors_io import read_header
+
+    doc = load_index(root)
+    pairs = [(n, shard.name) for shard in sorted(root.glob("*.safetensors")) for n in read_header(shard).names]
+    body = ",\n".join(f"    {_dumps(n)}: {_dumps(r)}" for n, r in pairs)
+    (root / INDEX_NAME).write_text('{\n  "metadata": %s,\n  "weight_map": {\n%s\n  }\n}\n' % (json.dumps(doc["metadata"]), body), encoding="utf-8")
+    compared = []
+    real = source._spelled_in_shard_order
+    monkeypatch.setattr(source, "_spelled_in_shard_order", lambda *a: compared.append(real(*a)) or compared[-1])
+    with_pieces, whole, said = _both_ways(root, monkeypatch)
+    assert compared == [True] and said is None
+    assert with_pieces == whole and with_pieces[0] == "error" and "model.embed_tokens.weight" in with_pieces[2]
+
+
+@pytest.mark.parametrize("spelling", sorted(SHARD_ORDER))
+def test_names_a_header_escapes_in_a_shard_order_index_get_the_verdict_of_the_whole_parse(tmp_path, monkeypatch, spelling):
+    """Names holding a quote, a tab or a line break are escaped in their header and in the
+    index: the comparison of raw names cannot vouch for them, whatever it finds."""
+    root = _checkpoint(tmp_path)
+    (root / INDEX_NAME).write_text(SHARD_ORDER[spelling](_in_shard_order(root)), encoding="utf-8")
+    with_pieces, whole, _ = _both_ways(root, monkeypatch)
+    assert with_pieces == whole and with_pieces[0] == "ok" and len(with_pieces[3]) == 13

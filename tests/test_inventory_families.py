@@ -248,3 +248,26 @@ def test_config_only_directory_lists_layers_from_rules(tmp_path):
     assert len(layers) == 78 and layers[6].kind.attention == "dsa (full indexer)"
     assert layers[7].kind.attention == "dsa (shared indexer)" and layers[3].kind.mlp == "moe"
     assert any("no safetensors weights" in w for w in inv.warnings)
+
+
+def test_layer_runs_cut_every_header_as_matching_each_name_would():
+    """The runs of one layer key found on the joined names (the fast way) are those that
+    matching every name on its own gives: for layers in order, layers interleaved, names
+    outside any stack between them, MTP layers, and a name holding a line break."""
+    import random
+    import re
+
+    from mxtrim_tui.core.model.inventory import _layer_runs, _layer_runs_by_name
+
+    splitter = re.compile(r"^(?:(model\.layers\.|mtp\.)(\d+)\.)?(.+)$", re.DOTALL)
+    rng = random.Random(35)
+    pool = [lambda: f"model.layers.{rng.randint(0, 12)}.w{rng.randint(0, 3)}", lambda: f"mtp.{rng.randint(0, 2)}.x",
+            lambda: "lm_head.weight", lambda: "model.norm.weight", lambda: "model.layers.1", lambda: "odd\nname"]
+    for _ in range(3000):
+        names = [rng.choice(pool)() for _ in range(rng.randint(0, 30))]
+        if rng.random() < 0.5:
+            names.sort()
+        by_name = list(_layer_runs_by_name(names, splitter.match, 0, len(names)))
+        assert list(_layer_runs(names, splitter.match, False)) == by_name, names
+        if not any("\n" in n for n in names):  # what a header read the canonical way can hold
+            assert list(_layer_runs(names, splitter.match, False, plain=True)) == by_name, names

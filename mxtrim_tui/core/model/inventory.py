@@ -622,7 +622,7 @@ def _assign_layer_tensors(source: ModelSource, splitter, all_prefixes, sub_of_pr
     # not enough: every name is matched on its own.
     nested = any(a != b and a.startswith(b) for a in all_prefixes for b in all_prefixes)
     for header in source.all_headers.values():
-        for prefix, idx_s, start, stop in _layer_runs(header.names, match, nested):
+        for prefix, idx_s, start, stop in _layer_runs(header.names, match, nested, getattr(header, "plain_names", False)):
             if prefix is None:
                 leftovers.add(header, start, stop, None)
             else:
@@ -1007,51 +1007,61 @@ def _any_name_starts(source: ModelSource, prefixes: tuple[str, ...]) -> bool:
     return bool(prefixes) and any(any(map(test, h.names)) for h in source.all_headers.values())
 
 
-def _layer_runs(names: list[str], match, nested: bool):
+def _layer_runs(names: list[str], match, nested: bool, plain: bool = False):
     """Yield ``(prefix, index text, start, stop)`` for each run of names with one layer key
     (prefix None: names outside any layer stack).
 
-    The key of a run's first name comes from the splitter regex; the run then extends while
-    names start with the same ``<prefix><i>.``, checked a block at a time with a doubling
-    block size, and the end found by halving the first block that fails. Joined with
-    newlines, a block whose names all start with the lead holds "\\n<lead>" once per name
-    (one C-level join and count; names holding a newline, which only an escape in the header
-    can produce, are checked one ``startswith`` each)."""
+    The key of a run's first name comes from the splitter regex. The names are joined once,
+    one per line; a run then reaches the last line that starts with the same ``<prefix><i>.``,
+    and it is a run when every line up to there starts so (one C-level count). Names holding
+    a newline (only an escape in the header can make one; ``plain``: the header's reader
+    ruled them out), nested prefixes, and a layer's names interleaved with others are matched
+    one name at a time instead."""
     n = len(names)
-    joinable = "\n" not in "".join(names)
+    text = "\n" + "\n".join(names)
+    if nested or (not plain and text.count("\n") != n):
+        yield from _layer_runs_by_name(names, match, 0, n)
+        return
     start = 0
+    pos = 0  # text[pos] is the newline before names[start]
     while start < n:
         prefix, idx_s = match(names[start]).group(1, 2)
-        stop = start + 1
-        if prefix is None or nested:
-            while stop < n and match(names[stop]).group(1, 2) == (prefix, idx_s):
+        if prefix is None:
+            stop = start + 1
+            while stop < n and match(names[stop]).group(1) is None:
                 stop += 1
-        else:
-            lead = f"{prefix}{idx_s}."
-            step = 1
-            while stop < n:
-                end = min(n, stop + step)
-                if _all_start_with(names[stop:end], lead, joinable):
-                    stop = end
-                    step *= 2
-                    continue
-                # the run ends inside names[stop:end]: halve down to a few names
-                while end - stop > 8:
-                    mid = (stop + end) // 2
-                    if _all_start_with(names[stop:mid], lead, joinable):
-                        stop = mid
-                    else:
-                        end = mid
-                stop += list(map(methodcaller("startswith", lead), names[stop:end])).index(False)
-                break
-        yield prefix, idx_s, start, stop
+            yield None, None, start, stop
+            pos += sum(map(len, names[start:stop])) + stop - start
+            start = stop
+            continue
+        needle = f"\n{prefix}{idx_s}."
+        last = text.rfind(needle, pos)  # at least names[start]'s own line, at pos
+        end = text.find("\n", last + 1)
+        if end < 0:
+            end = len(text)
+        # the needle starts lines only: ``held`` of them, and when the first ``held`` names
+        # from here fill the text up to ``end`` exactly, those are the lines, each with it
+        held = text.count(needle, pos, end)
+        if last < pos or sum(map(len, names[start : start + held])) + held != end - pos:  # others in between
+            prefix, idx_s, _, stop = next(_layer_runs_by_name(names, match, start, n))
+            yield prefix, idx_s, start, stop
+            pos += sum(map(len, names[start:stop])) + stop - start
+            start = stop
+            continue
+        yield prefix, idx_s, start, start + held
+        start += held
+        pos = end
+
+
+def _layer_runs_by_name(names: list[str], match, start: int, n: int):
+    """:func:`_layer_runs` by matching every name of ``names[start:n]`` on its own."""
+    while start < n:
+        key = match(names[start]).group(1, 2)
+        stop = start + 1
+        while stop < n and match(names[stop]).group(1, 2) == key:
+            stop += 1
+        yield key[0], key[1], start, stop
         start = stop
-
-
-def _all_start_with(block: list[str], lead: str, joinable: bool) -> bool:
-    if joinable:  # no name holds a newline: one per line, each line starts with the lead
-        return ("\n" + "\n".join(block)).count("\n" + lead) == len(block)
-    return all(map(methodcaller("startswith", lead), block))
 
 
 class _Columns:

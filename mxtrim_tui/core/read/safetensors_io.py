@@ -98,7 +98,7 @@ class SafetensorsHeader:
     (name -> :class:`TensorInfo`) is built on first use; :meth:`by_offset` sorts by offset.
     """
 
-    __slots__ = ("path", "header_size", "file_size", "metadata", "names", "dtypes", "shapes", "begins", "ends", "_tensors")
+    __slots__ = ("path", "header_size", "file_size", "metadata", "names", "dtypes", "shapes", "begins", "ends", "_tensors", "plain_names")
     present = True  # on disk and read (see AbsentShard)
 
     def __init__(self, path, header_size, file_size, metadata, names, dtypes, shapes, begins, ends):
@@ -112,6 +112,9 @@ class SafetensorsHeader:
         self.begins: list[int] = begins
         self.ends: list[int] = ends
         self._tensors: dict[str, TensorInfo] | None = None
+        # True when every name is known to be spelled in JSON as is (no quote, backslash or
+        # control character): the canonical reader proved it; False where not known.
+        self.plain_names = False
 
     @property
     def tensors(self) -> dict[str, TensorInfo]:
@@ -275,7 +278,7 @@ def parse_header_bytes(path: str | Path, raw: bytes, file_size: int) -> Safetens
     irregularity sends the header through the exact, entry-by-entry path, which produces
     the precise error. Both accept exactly the same headers.
     """
-    path = Path(path)
+    path = path if isinstance(path, Path) else Path(path)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -444,7 +447,9 @@ def _parse_canonical(path, raw, text, header_size, file_size):
     begins = [0]
     begins += ends[:-1]
     shapes = list(map(sizes_of.shapes.__getitem__, shape_pieces))
-    return SafetensorsHeader(path, header_size, file_size, metadata, names, dtypes, shapes, begins, ends)
+    header = SafetensorsHeader(path, header_size, file_size, metadata, names, dtypes, shapes, begins, ends)
+    header.plain_names = True  # split at quotes, no backslash, no control byte: see above
+    return header
 
 
 def _text_defers(text: str, n: int, metadata, data: int) -> bool:
@@ -687,7 +692,7 @@ def _note_duplicate_keys(duplicates: dict):
 
 def read_header(path: str | Path) -> SafetensorsHeader:
     """Read and validate the header of one safetensors file."""
-    path = Path(path)
+    path = path if isinstance(path, Path) else Path(path)
     try:
         with open_regular(path) as fh:
             file_size = os.fstat(fh.fileno()).st_size

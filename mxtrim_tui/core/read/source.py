@@ -377,7 +377,7 @@ _NAME = attrgetter("name")
 
 
 def _classify(rel: str, path: str, auto_map_files: set[str], shard_paths: set[str], parsed: object = None) -> tuple[FileKind, str]:
-    name = PurePosixPath(rel).name
+    name = rel.rpartition("/")[2]  # PurePosixPath(rel).name, without building a path per file
     lower = name.lower()
     if rel == "config.json":
         return FileKind.CONFIG, ""
@@ -678,9 +678,7 @@ def _index_agrees_with_shards(index_path: Path, at_top: dict):
     if _MAP_FLAGS is None:  # no POSIX mmap flags (Windows): the long way
         return None
     headers = {rel: h for rel, h in at_top.items() if type(h) is SafetensorsHeader and _is_plain_shard_name(rel)}
-    owner = _shard_of_each_tensor(headers)  # emptied as the index names each tensor
-    if len(owner) != _names_held(headers):
-        return None  # a name in two files: the long way says which
+    held = _names_held(headers)
     try:
         with open_regular(index_path) as fh, mmap.mmap(
             fh.fileno(), 0, flags=_MAP_FLAGS, prot=mmap.PROT_READ
@@ -690,9 +688,17 @@ def _index_agrees_with_shards(index_path: Path, at_top: dict):
                 return None
             index_outside_map, body_start, body_end = outside
             if _spelled_in_shard_order(data, body_start, body_end, headers):
-                owner.clear()  # every name given once, with its shard
-            elif not _pop_weight_map_pieces(data, body_start, body_end, owner.pop):
-                return None
+                # every shard's names given once each, with its shard: a name held by two
+                # shards is the only thing left to rule out (the long way says which)
+                if len(set().union(*(h.names for h in headers.values()))) != held:
+                    return None
+                owner = {}
+            else:
+                owner = _shard_of_each_tensor(headers)  # emptied as the index names each tensor
+                if len(owner) != held:
+                    return None  # a name in two files: the long way says which
+                if not _pop_weight_map_pieces(data, body_start, body_end, owner.pop):
+                    return None
     except (OSError, ValueError, UnicodeDecodeError):  # ValueError: an empty file cannot be mapped
         return None
     # Shards left with names the index never gave must be unnamed by it altogether.
@@ -761,19 +767,33 @@ def _spelled_in_shard_order(data, body_start: int, body_end: int, headers: dict)
     pos = body_start + lead
     colon_controls, sep_controls = (sum(map(text.count, "\t\n\r")) for text in (colon, sep))
     last = len(shards) - 1
+    # Names a canonical header spelled hold no quote, backslash or control character (see
+    # SafetensorsHeader.plain_names); with plain shard names too, each piece is known to hold
+    # exactly its quotes and the separators' control bytes, and only the comparison is left.
+    plain = all(headers[rel].plain_names and _needs_no_escape(rel) for rel, _ in shards)
     try:
         for i, (rel, names) in enumerate(shards):
             pair_end = f'"{colon}"{rel}"'
             seps = len(names) if i < last else len(names) - 1  # a separator after each pair but the map's last
             piece = ('"' + (pair_end + sep + '"').join(names) + pair_end + (sep if i < last else "")).encode("utf-8")
             end = pos + len(piece)
-            if (end > body_end or data.find(piece, pos, end) != pos or piece.count(b'"') != 4 * len(names) or b"\\" in piece
-                    or len(piece) - len(piece.translate(None, _CONTROL_BYTES)) != len(names) * colon_controls + seps * sep_controls):
+            if end > body_end or data[pos:end] != piece:
+                return False
+            if not plain and (piece.count(b'"') != 4 * len(names) or b"\\" in piece
+                              or len(piece) - len(piece.translate(None, _CONTROL_BYTES)) != len(names) * colon_controls + seps * sep_controls):
                 return False
             pos = end
     except UnicodeEncodeError:  # a lone surrogate in a name
         return False
     return not data[pos:body_end].strip(b" \t\n\r")  # nothing but whitespace after the last pair
+
+
+def _needs_no_escape(name: str) -> bool:
+    """``name`` is spelled in JSON as is: no quote, backslash or control character."""
+    return '"' not in name and "\\" not in name and not any(map(name.__contains__, _CONTROL_CHARS))
+
+
+_CONTROL_CHARS = tuple(map(chr, range(32)))
 
 
 def _pop_weight_map_pieces(data, body_start: int, body_end: int, pop) -> bool:
