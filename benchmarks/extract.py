@@ -39,10 +39,11 @@ billed to the next.
 A second table gives each hash's throughput on 256 MiB in memory (one thread), with BLAKE3
 when the blake3 package happens to be installed (it is not a dependency).
 
-With --first-trim only the first-trim figure is measured (issue 35's target): `cp` and
+With --first-trim only the first-trim figure is measured (issue 35's target): `cp`,
 `mxtrim trim --mode weights` with no verdict remembered (MXTRIM_CHECK_CACHE=0, so every run's
 check child imports torch and transformers and builds the meta models while the script
-copies), alternated, a warm-up round then FIRST_TRIM_ROUNDS rounds: the ratio of the medians
+copies) and `mxtrim plan` of the same selection (the plan check alone, nothing copied: the
+floor of a first trim, which keeps its output only once that check has passed), alternated, a warm-up round then FIRST_TRIM_ROUNDS rounds: the ratio of the medians
 (cp / mxtrim, so 1.0 is cp's speed) and mxtrim's own peak RSS (sampled; its children apart).
 
 With --tmpfs the suite runs a second time with source and outputs in /dev/shm (no disk).
@@ -261,14 +262,17 @@ def first_trim(src: Path, work: Path) -> None:
     work.mkdir(parents=True)
     shards = [str(p) for p in sorted(src.glob("*.safetensors"))]
     fresh = {"MXTRIM_CHECK_CACHE": "0"}
-    runs: dict[str, list[dict]] = {"cp": [], "trim": []}
+    runs: dict[str, list[dict]] = {"cp": [], "trim": [], "plan": []}
     try:
         for round_ in range(1 + FIRST_TRIM_ROUNDS):
-            for label in ("cp", "trim"):
+            for label in ("cp", "trim", "plan"):
                 out = work / f"out-{label}-{round_}"
                 if label == "cp":
                     out.mkdir()
                     result = measure(["cp", *shards, str(out)])
+                elif label == "plan":  # the check alone: what a first trim cannot go below
+                    out.mkdir()
+                    result = measure([sys.executable, "-m", "mxtrim_tui", "plan", str(src), "--keep", "0,1"], fresh)
                 else:
                     result = measure([sys.executable, "-m", "mxtrim_tui", "trim", str(src), "--mode", "weights", "--keep", "0,1",
                                       "--out", str(out)], fresh)
@@ -287,13 +291,16 @@ def first_trim(src: Path, work: Path) -> None:
           f"Python {sys.version.split()[0]}, {os.cpu_count()} CPUs")
     print("| method | median s | runs s | × cp (median) | peak RSS MiB, own | peak RSS MiB, largest process |")
     print("| --- | ---: | --- | ---: | ---: | ---: |")
-    for label, name in (("cp", "cp of the source shards"), ("trim", "mxtrim trim --mode weights, MXTRIM_CHECK_CACHE=0")):
+    for label, name in (("cp", "cp of the source shards"), ("trim", "mxtrim trim --mode weights, MXTRIM_CHECK_CACHE=0"),
+                        ("plan", "mxtrim plan (the transformers check alone, nothing copied), MXTRIM_CHECK_CACHE=0")):
         walls = ", ".join(f"{r['wall']:.2f}" for r in runs[label])
         own_rss = max(r["own_rss"] for r in runs[label])
         big = max(r["rss"] for r in runs[label])
         print(f"| {name} | {med[label]:.2f} | {walls} | {med['cp'] / med[label]:.2f} | {own_rss / 2**20:.0f} | {big / 2**20:.0f} |")
     print(f"first trim: {med['cp'] / med['trim']:.2f}x cp (median of {FIRST_TRIM_ROUNDS}); mxtrim's own peak RSS {own / 2**20:.0f} MiB "
           f"(largest process incl. the check child {children / 2**20:.0f} MiB)")
+    print(f"the plan check alone takes {med['plan']:.2f} s: a first trim that waits for it runs at most at "
+          f"{med['cp'] / med['plan']:.2f}x cp on these bytes")
 
 
 def hash_table() -> None:
