@@ -1,12 +1,17 @@
 """A workspace validated one server at a time against side by side, on one GPU.
 
-    python benchmarks/gpu_parallel.py WORKDIR [--share 0.2] [--timeout 600]
+    python benchmarks/gpu_parallel.py WORKDIR [--share 0.2] [--timeout 600] [--starting K] [--phase P]
 
 Builds dummy trims of five families (Llama, Qwen3-MoE, Gemma-3 with sliding windows,
 Qwen2 with mixed sliding layers, the BF16 DeepSeek-V3 demo: MLA, MoE, MTP) into
 WORKDIR/models, then times `mxtrim validate --all WORKDIR/models --serve --again
---gpu-memory-utilization SHARE` serially (`--jobs 1`) and side by side (`--jobs auto`), and
-compares each output's two runs: every check's verdict, and the KV cache tokens vLLM logged.
+--gpu-memory-utilization SHARE` serially (`--jobs 1`), side by side (`--jobs auto`) and side by
+side with at most K servers in their CPU start-up at once (`--jobs auto --starting K`), and
+compares each output's runs: every check's verdict, and the KV cache tokens vLLM logged.
+
+Every phase starts from empty compile caches of its own (vLLM's, TorchInductor's and Triton's,
+under WORKDIR/caches/PHASE), as a re-validation after a vLLM upgrade does: a phase does not
+reuse what an earlier one compiled (`--shared-caches` lets them share the user's caches).
 Writes WORKDIR/parallel.md and WORKDIR/parallel.json. Not a test: CI has no GPU; the batch's
 rules are tested on the CPU (tests/test_validate_parallel.py)."""
 
@@ -14,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -33,8 +39,20 @@ MODELS = {
 }
 
 
-def mxtrim(*args: str, timeout: float = 3600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "mxtrim_tui", *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+def mxtrim(*args: str, timeout: float = 3600, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "mxtrim_tui", *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT,
+                          env=None if env is None else {**os.environ, **env})
+
+
+def fresh_caches(folder: Path) -> dict:
+    """Environment giving vLLM, TorchInductor and Triton empty cache folders under ``folder``."""
+    import shutil
+
+    shutil.rmtree(folder, ignore_errors=True)
+    names = {"VLLM_CACHE_ROOT": "vllm", "TORCHINDUCTOR_CACHE_DIR": "inductor", "TRITON_CACHE_DIR": "triton"}
+    for sub in names.values():
+        (folder / sub).mkdir(parents=True)
+    return {var: str(folder / sub) for var, sub in names.items()}
 
 
 def build(work: Path) -> Path:
@@ -56,10 +74,10 @@ def build(work: Path) -> Path:
     return models
 
 
-def batch(models: Path, share: str, timeout: str, jobs: str) -> tuple[float, dict, str]:
+def batch(models: Path, share: str, timeout: str, jobs: list[str], env: dict | None) -> tuple[float, dict, str]:
     started = time.monotonic()
     r = mxtrim("validate", "--all", str(models), "--serve", "--again", "--gpu-memory-utilization", share, "--timeout", timeout,
-               "--python", sys.executable, "--jobs", jobs, "--json")
+               "--python", sys.executable, *jobs, "--json", env=env)
     wall = time.monotonic() - started
     try:
         doc = json.loads(r.stdout)
@@ -76,49 +94,72 @@ def verdicts(run: dict) -> dict:
     return {r["check"]: r["status"] + (f": {r['verdict']['class']}" if r.get("verdict") else "") for r in run.get("rows", [])}
 
 
+PHASES = ("parallel", "starting", "serial")  # in the order they run
+
+
+def run_phase(args, models: Path, phase: str) -> None:
+    jobs = {"parallel": ["--jobs", "auto"], "starting": ["--jobs", "auto", "--starting", args.starting], "serial": ["--jobs", "1"]}[phase]
+    env = None if args.shared_caches else fresh_caches(args.work / "caches" / phase)
+    wall, matrix, err = batch(models, args.share, args.timeout, jobs, env)
+    runs = {name: json.loads((models / name / "validation.json").read_text())["runs"][-1] for name in MODELS}
+    (args.work / f"{phase}.json").write_text(json.dumps({"wall": wall, "matrix": matrix, "stderr": err, "runs": runs, "argv": jobs}))
+    print(f"{phase}: {wall:.1f} s")
+
+
+def compare(serial_runs: dict, other_runs: dict) -> list[dict]:
+    rows = []
+    for name in MODELS:
+        a, b = serial_runs[name], other_runs[name]
+        ka, kb = kv_tokens(a), kv_tokens(b)
+        rows.append({"output": name, "serial_ok": a.get("ok"), "other_ok": b.get("ok"),
+                     "same_verdicts": verdicts(a) == verdicts(b), "kv_serial": ka, "kv_other": kb,
+                     "kv_ratio": round(kb / ka, 4) if ka and kb else None,
+                     "startup_serial": next((r["detail"] for r in a["rows"] if r["check"] == "start-up"), ""),
+                     "startup_other": next((r["detail"] for r in b["rows"] if r["check"] == "start-up"), ""),
+                     "verdicts_serial": verdicts(a), "verdicts_other": verdicts(b)})
+    return rows
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("work", type=Path)
     ap.add_argument("--share", default="0.2")
     ap.add_argument("--timeout", default="600")
-    ap.add_argument("--phase", choices=["parallel", "serial", "report", "all"], default="all",
-                    help="run one part (each keeps its result in WORKDIR): side by side first, so any kernel cache it "
-                    "fills favours the serial run that follows")
+    ap.add_argument("--starting", default="2", help="K of the third phase, --jobs auto --starting K")
+    ap.add_argument("--shared-caches", action="store_true", help="every phase uses the user's compile caches")
+    ap.add_argument("--phase", choices=[*PHASES, "report", "all"], default="all",
+                    help="run one part (each keeps its result in WORKDIR), or all of them in the order "
+                    + ", ".join(PHASES) + ", then the report")
     args = ap.parse_args()
     models = build(args.work)
-    for phase, jobs in (("parallel", "auto"), ("serial", "1")):
+    for phase in PHASES:
         if args.phase in (phase, "all"):
-            wall, matrix, err = batch(models, args.share, args.timeout, jobs)
-            runs = {name: json.loads((models / name / "validation.json").read_text())["runs"][-1] for name in MODELS}
-            (args.work / f"{phase}.json").write_text(json.dumps({"wall": wall, "matrix": matrix, "stderr": err, "runs": runs}))
-            print(f"{phase}: {wall:.1f} s")
+            run_phase(args, models, phase)
     if args.phase not in ("report", "all"):
         return 0
-    done = {phase: json.loads((args.work / f"{phase}.json").read_text()) for phase in ("parallel", "serial")}
-    serial_s, serial, serial_err, runs_serial = (done["serial"][k] for k in ("wall", "matrix", "stderr", "runs"))
-    parallel_s, parallel, parallel_err, runs_parallel = (done["parallel"][k] for k in ("wall", "matrix", "stderr", "runs"))
-    rows = []
-    for name in MODELS:
-        a, b = runs_serial[name], runs_parallel[name]
-        ka, kb = kv_tokens(a), kv_tokens(b)
-        rows.append({"output": name, "serial_ok": a.get("ok"), "parallel_ok": b.get("ok"),
-                     "same_verdicts": verdicts(a) == verdicts(b), "kv_serial": ka, "kv_parallel": kb,
-                     "kv_ratio": round(kb / ka, 4) if ka and kb else None,
-                     "startup_serial": next((r["detail"] for r in a["rows"] if r["check"] == "start-up"), ""),
-                     "startup_parallel": next((r["detail"] for r in b["rows"] if r["check"] == "start-up"), ""),
-                     "verdicts_serial": verdicts(a), "verdicts_parallel": verdicts(b)})
-    doc = {"share": args.share, "serial_s": round(serial_s, 1), "parallel_s": round(parallel_s, 1),
-           "speedup": round(serial_s / parallel_s, 2), "rows": rows, "serial_matrix": serial, "parallel_matrix": parallel,
-           "serial_stderr": serial_err[-6000:], "parallel_stderr": parallel_err[-6000:]}
+    done = {p: json.loads((args.work / f"{p}.json").read_text()) for p in PHASES if (args.work / f"{p}.json").exists()}
+    serial = done["serial"]
+    doc = {"share": args.share, "fresh_caches": not args.shared_caches, "serial_s": round(serial["wall"], 1), "phases": {}}
+    lines = [f"`mxtrim validate --all MODELS --serve --again --gpu-memory-utilization {args.share}`, each phase from "
+             + ("empty compile caches" if not args.shared_caches else "the user's compile caches")
+             + f": serial (`--jobs 1`) {serial['wall']:.1f} s", ""]
+    for phase in ("parallel", "starting"):
+        if phase not in done:
+            continue
+        other = done[phase]
+        rows = compare(serial["runs"], other["runs"])
+        doc["phases"][phase] = {"argv": other["argv"], "wall_s": round(other["wall"], 1),
+                                "speedup": round(serial["wall"] / other["wall"], 2), "rows": rows, "matrix": other["matrix"],
+                                "stderr": other["stderr"][-6000:]}
+        lines += [f"`{' '.join(other['argv'])}`: {other['wall']:.1f} s, **{serial['wall'] / other['wall']:.2f}×** the serial run", "",
+                  "| output | ok serial / this | same verdicts | KV tokens serial / this | start-up serial / this |",
+                  "| --- | --- | --- | --- | --- |"]
+        for r in rows:
+            lines.append(f"| {r['output']} | {r['serial_ok']} / {r['other_ok']} | {r['same_verdicts']} | "
+                         f"{r['kv_serial']} / {r['kv_other']} ({r['kv_ratio']}) | {r['startup_serial']} / {r['startup_other']} |")
+        lines.append("")
+    doc["serial_matrix"], doc["serial_stderr"] = serial["matrix"], serial["stderr"][-6000:]
     (args.work / "parallel.json").write_text(json.dumps(doc, indent=2))
-    lines = [f"`mxtrim validate --all MODELS --serve --again --gpu-memory-utilization {args.share}`: "
-             f"side by side (`--jobs auto`, run first) {parallel_s:.1f} s, serial (`--jobs 1`) {serial_s:.1f} s: "
-             f"**{serial_s / parallel_s:.2f}×**", "",
-             "| output | ok serial / side by side | same verdicts | KV tokens serial / side by side | start-up serial / side by side |",
-             "| --- | --- | --- | --- | --- |"]
-    for r in rows:
-        lines.append(f"| {r['output']} | {r['serial_ok']} / {r['parallel_ok']} | {r['same_verdicts']} | "
-                     f"{r['kv_serial']} / {r['kv_parallel']} ({r['kv_ratio']}) | {r['startup_serial']} / {r['startup_parallel']} |")
     (args.work / "parallel.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0

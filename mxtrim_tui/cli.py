@@ -171,6 +171,9 @@ def _add_others(sub) -> None:
                     help="with several outputs: up to N servers side by side (auto: as many as the GPUs take), each on "
                     "GPUs free of other workloads, small ones sharing a GPU by their --gpu-memory-utilization shares, "
                     "never two profiling memory on one GPU at once (default 1: one after the other)")
+    va.add_argument("--starting", type=_jobs, metavar="N",
+                    help="with --jobs: at most N servers in their CPU start-up at once (before their engine takes the GPU), "
+                    "so the first reach their memory measurement sooner (default, or auto: no limit)")
     va.add_argument("--gpu-memory-utilization", type=_share, metavar="F",
                     help="the share of a GPU's memory each server may use, in (0, 1] (default: the output's serve settings)")
     validation_args(va)
@@ -954,7 +957,7 @@ def _validate_side_by_side(args, outputs: list[Path], rows: list, vllm, now: dic
     # auto on the CPU: a server per 8 cores (each runs its own threads on all of them)
     limit = args.jobs if args.jobs is not None or on_gpu else max(1, (os.cpu_count() or 1) // 8)
     ParallelBatch(jobs, lambda job: _side_by_side_argv(args, vllm.python, job, vendor), probe_gpus if on_gpu else None,
-                  limit, report.start, report.done, report.refused, allowed, on_pause=report.pause).run()
+                  limit, report.start, report.done, report.refused, allowed, on_pause=report.pause, starting=args.starting).run()
 
 
 def _side_by_side_argv(args, python: str, job, vendor: str | None) -> list[str]:

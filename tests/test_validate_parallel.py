@@ -195,6 +195,25 @@ def test_servers_share_a_free_gpu_one_profiling_at_a_time_and_never_a_gpu_held_b
         assert "shared with its other servers" in run["environment"]["devices"] or "idle" in run["environment"]["devices"]
 
 
+def test_starting_lets_the_next_server_start_only_once_the_previous_engine_announced_itself(built, gpus, tmp_path):
+    """``--starting 1``: one server at a time in its CPU start-up. The stand-in's engine line
+    comes 1 s after its start, so each start follows the previous one by at least that; the
+    outputs still share GPU 1 and are all validated, one memory window at a time."""
+    state, other = gpus
+    models = shutil.copytree(built["models"], tmp_path / "models")
+    r = batch(built, state, models, "--jobs", "auto", "--starting", "1", "--gpu-memory-utilization", "0.3")
+    doc = json.loads(r.stdout)
+    assert [row["state"] for row in doc["rows"]] == ["validated"] * 3, r.stderr[-3000:]
+    seen = events(state)
+    assert {e["gpu"] for e in seen} == {1} and not any(e["what"] == "failed" for e in seen)
+    starts = sorted(e["t"] for e in seen if e["what"] == "start")
+    assert len(starts) == 3 and all(b - a >= 1.0 for a, b in zip(starts, starts[1:]))
+    windows = sorted((e["t"], e["pid"]) for e in seen if e["what"] == "window")
+    ready = {e["pid"]: e["t"] for e in seen if e["what"] == "kv-ready"}
+    for (_, before), (after, _) in zip(windows, windows[1:]):
+        assert ready[before] <= after
+
+
 def test_a_gpu_holding_another_process_memory_is_refused_and_nothing_starts(built, gpus, tmp_path):
     state, other = gpus
     models = shutil.copytree(built["models"], tmp_path / "models")

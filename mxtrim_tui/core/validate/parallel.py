@@ -20,6 +20,10 @@ writes — placed on the GPUs it needs (TP devices) by the live occupancy:
 * a start-up that fails on memory while it shared a GPU is run again alone: a failure caused
   by a neighbour is not the output's.
 
+* with ``starting`` set, at most that many servers are in their CPU start-up at once (from
+  their child's start to their engine's first line): the others wait, so the first ones reach
+  their memory windows sooner instead of all contending for the CPUs together.
+
 On the CPU (no GPU visible) up to N servers simply run at once. The caller rewrites the matrix
 as rows finish; Ctrl-C stops every running child (each stops its own server and records the
 interruption as a single run does) and keeps the finished rows."""
@@ -68,6 +72,7 @@ class Job:
     gpus: list[int] = field(default_factory=list)
     proc: subprocess.Popen | None = None
     profiling: bool = False  # inside its memory window (engine start to KV cache allocated)
+    engine: bool = False  # its engine has announced itself: its CPU start-up is over
     paused: list[int] = field(default_factory=list)  # its server's process groups, stopped until a window closes
     shared: bool = False  # another of ours ran on one of its GPUs beside it
     stdout: list[str] = field(default_factory=list)
@@ -146,13 +151,14 @@ def _tree(pid: int) -> set[int]:
 
 class ParallelBatch:
     """Runs ``jobs`` through ``argv_for(job)`` children, at most ``limit`` at once (None: as
-    many as the GPUs take). ``probe()`` gives a live GpuProbe (None or unavailable: the CPU).
+    many as the GPUs take), at most ``starting`` of them in their CPU start-up (None: any). ``probe()`` gives a live GpuProbe (None or unavailable: the CPU).
     ``on_start(job)``, ``on_done(job, doc, returncode, retried)``, ``on_refused(job, why)`` and
     ``on_pause(job, paused)`` report."""
 
     def __init__(self, jobs: list[Job], argv_for, probe, limit: int | None, on_start, on_done, on_refused,
-                 allowed: set[int] | None = None, poll: float = 0.5, on_pause=None) -> None:
+                 allowed: set[int] | None = None, poll: float = 0.5, on_pause=None, starting: int | None = None) -> None:
         self.pending = list(jobs)
+        self.starting = starting
         self.running: list[Job] = []
         self.argv_for = argv_for
         self.probe = probe
@@ -244,7 +250,7 @@ class ParallelBatch:
         if not self._moved and now < self._next_try:
             return
         self._moved, self._next_try = False, now + self.poll
-        while self.pending and (self.limit is None or len(self.running) < self.limit):
+        while self.pending and (self.limit is None or len(self.running) < self.limit) and self._may_start_another():
             job = self.pending[0]
             probe = self._gpu_probe() if job.share is not None else None
             if job.share is not None and probe is None:
@@ -264,6 +270,9 @@ class ParallelBatch:
                         neighbour.shared = job.shared = True
             self.pending.pop(0)
             self._start(job)
+
+    def _may_start_another(self) -> bool:
+        return self.starting is None or sum(not j.engine for j in self.running) < self.starting
 
     def _start(self, job: Job) -> None:
         job.proc = subprocess.Popen(self.argv_for(job), stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
@@ -311,8 +320,11 @@ class ParallelBatch:
         if event.get("event") == "log":
             text = str(event.get("line", ""))
             job.tail.append(text)
-            if job.gpus and ENGINE_STARTING.search(text):
-                self._engine_starting(job)
+            if ENGINE_STARTING.search(text):
+                if not job.engine:
+                    job.engine, self._moved = True, True  # its start-up is over: the next may start
+                if job.gpus:
+                    self._engine_starting(job)
             elif job.profiling and KV_READY.search(text):
                 self._window_closed(job)
         elif event.get("event") == "check" and event.get("check") == "start-up" and job.profiling:
