@@ -266,8 +266,10 @@ def test_layer_runs_cut_every_header_as_matching_each_name_would():
     for _ in range(3000):
         names = [rng.choice(pool)() for _ in range(rng.randint(0, 30))]
         if rng.random() < 0.5:
+            names = list(dict.fromkeys(names))  # unique, as every header's names are
+        if rng.random() < 0.5:
             names.sort()
         by_name = list(_layer_runs_by_name(names, splitter.match, 0, len(names)))
         assert list(_layer_runs(names, splitter.match, False)) == by_name, names
-        if not any("\n" in n for n in names):  # what a header read the canonical way can hold
+        if not any("\n" in n for n in names) and len(set(names)) == len(names):  # as a canonical header holds
             assert list(_layer_runs(names, splitter.match, False, plain=True)) == by_name, names

@@ -953,7 +953,9 @@ def _model_name(config: dict, source: ModelSource) -> str:
     return (name.rstrip("/").rsplit("/", 1)[-1] if name else "") or source.root.resolve().name
 
 
-_NUMBER_SEGMENT = re.compile(r"(?<=\.)\d+(?=\.|$)", re.MULTILINE)
+# a numbered segment with the dot before it (replaced by ".*"; a literal first character lets
+# the search skip ahead, where a look-behind tried every position)
+_NUMBER_SEGMENT = re.compile(r"\.\d+(?=\.|$)", re.MULTILINE)
 _EXPERT_NUMBER = re.compile(r"^(?:" + "|".join(MLP_CONTAINERS) + r")\.experts\.(\d+)(?:\.|$)", re.MULTILINE)
 
 
@@ -976,7 +978,7 @@ def _analyse_tensors(rests: tuple[str, ...], dtypes: tuple[str, ...], shapes: tu
     lines = "\n".join(rests)
     if lines.count("\n") == len(rests) - 1:  # no name holds a newline itself
         expert_ids = set(map(int, _EXPERT_NUMBER.findall(lines)))
-        counts = Counter(zip(_NUMBER_SEGMENT.sub("*", lines).split("\n"), dtypes, shapes))
+        counts = Counter(zip(_NUMBER_SEGMENT.sub(".*", lines).split("\n"), dtypes, shapes))
     else:
         counts = Counter(zip(rests, dtypes, shapes))
     unique = list(counts)
@@ -1039,10 +1041,14 @@ def _layer_runs(names: list[str], match, nested: bool, plain: bool = False):
         end = text.find("\n", last + 1)
         if end < 0:
             end = len(text)
-        # the needle starts lines only: ``held`` of them, and when the first ``held`` names
-        # from here fill the text up to ``end`` exactly, those are the lines, each with it
+        # The needle starts lines only: ``held`` of them. The lines up to ``end`` are those
+        # ``held`` names exactly when the first ``held`` names from here fill the text up to
+        # ``end``; with names known to be unique (``plain``: the canonical reader checked),
+        # when the last line is the held-th name (another line in between would make the
+        # last line a later name).
         held = text.count(needle, pos, end)
-        if last < pos or sum(map(len, names[start : start + held])) + held != end - pos:  # others in between
+        if last < pos or not held or not (_ends_with_line(text, end, names[start + held - 1]) if plain
+                                          else sum(map(len, names[start : start + held])) + held == end - pos):
             prefix, idx_s, _, stop = next(_layer_runs_by_name(names, match, start, n))
             yield prefix, idx_s, start, stop
             pos += sum(map(len, names[start:stop])) + stop - start
@@ -1051,6 +1057,12 @@ def _layer_runs(names: list[str], match, nested: bool, plain: bool = False):
         yield prefix, idx_s, start, start + held
         start += held
         pos = end
+
+
+def _ends_with_line(text: str, end: int, name: str) -> bool:
+    """``text[:end]`` ends with the line ``"\n" + name``."""
+    at = end - len(name) - 1
+    return at >= 0 and text[at] == "\n" and text.startswith(name, at + 1, end)
 
 
 def _layer_runs_by_name(names: list[str], match, start: int, n: int):
@@ -1065,25 +1077,51 @@ def _layer_runs_by_name(names: list[str], match, start: int, n: int):
 
 
 class _Columns:
-    """One layer's tensors (or the non-layer ones) as columns gathered from header slices."""
+    """One layer's tensors (or the non-layer ones) as columns gathered from header slices.
 
-    __slots__ = ("names", "cut", "dtypes", "shapes", "begins", "ends")
+    Only the names are kept (the layer keeps them); the other columns are sliced from the
+    headers when asked for and dropped after use, so the memory they take is reused instead
+    of freshly mapped for every layer at once."""
+
+    __slots__ = ("names", "cut", "runs")
 
     def __init__(self) -> None:
         self.names: list[str] = []
         self.cut = 0  # len("<prefix><i>."): a name's rest is name[cut:]
-        self.dtypes: list[str] = []
-        self.shapes: list = []
-        self.begins: list[int] = []
-        self.ends: list[int] = []
+        self.runs: list[tuple] = []  # (header, start, stop)
 
     def add(self, header, start: int, stop: int, cut: int | None) -> None:
-        self.names += header.names[start:stop]
         self.cut = cut or 0
-        self.dtypes += header.dtypes[start:stop]
-        self.shapes += header.shapes[start:stop]
-        self.begins += header.begins[start:stop]
-        self.ends += header.ends[start:stop]
+        self.runs.append((header, start, stop))
+        if len(self.runs) == 1:  # its slice is the column (one copy, not two)
+            self.names = header.names[start:stop]
+        else:
+            self.names += header.names[start:stop]
+
+    def _column(self, field: str) -> list:
+        if len(self.runs) == 1:
+            header, start, stop = self.runs[0]
+            return getattr(header, field)[start:stop]
+        out: list = []
+        for header, start, stop in self.runs:
+            out += getattr(header, field)[start:stop]
+        return out
+
+    @property
+    def dtypes(self) -> list[str]:
+        return self._column("dtypes")
+
+    @property
+    def shapes(self) -> list:
+        return self._column("shapes")
+
+    @property
+    def begins(self) -> list[int]:
+        return self._column("begins")
+
+    @property
+    def ends(self) -> list[int]:
+        return self._column("ends")
 
 
 class _Analysed:

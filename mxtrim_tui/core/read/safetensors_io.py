@@ -358,6 +358,11 @@ _DTYPE_NAMES = {name: name for name in DTYPE_BITS}
 _sizes_of = _SizesByDtype()
 
 
+# Metadata as spelled at the head of a header -> as parsed: a checkpoint's shards repeat the
+# same few ({"format":"pt"}), read once each (valid ones only; a few, short ones)
+_METADATA_READ: dict[str, dict] = {}
+
+
 def _entries_start(text: str, p: list[str]):
     """(index of the first entry's name in ``p``, metadata) for a compact header whose
     pieces come in whole entries, else None."""
@@ -367,13 +372,19 @@ def _entries_start(text: str, p: list[str]):
     metadata = None
     if p[1] == "__metadata__":
         close = text.find("}")
-        try:
-            meta_obj = json.loads(text[: close + 1] + "}")
-        except (ValueError, RecursionError):
-            return None
-        metadata = meta_obj.get("__metadata__")
-        if type(metadata) is not dict or not all(type(v) is str for v in metadata.values()):
-            return None
+        spelled = text[: close + 1]
+        metadata = _METADATA_READ.get(spelled)
+        if metadata is None:
+            try:
+                meta_obj = json.loads(spelled + "}")
+            except (ValueError, RecursionError):
+                return None
+            metadata = meta_obj.get("__metadata__")
+            if type(metadata) is not dict or not all(type(v) is str for v in metadata.values()):
+                return None
+            if len(_METADATA_READ) < 64 and len(spelled) < 4096:
+                _METADATA_READ[spelled] = metadata
+        metadata = dict(metadata)  # every header its own
         start = text.count('"', 0, close) + 1
         if p[start - 1] != "},":
             return None
