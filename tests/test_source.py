@@ -296,3 +296,44 @@ def test_a_tensor_held_by_two_shards_is_named(tmp_path):
     second.write_bytes(first.read_bytes())  # the second shard now repeats the first one's tensors
     with pytest.raises(InputError, match=rf"{second.name}: tensor 'model.embed_tokens.weight' also appears in {first.name} \(duplicate across shards\)"):
         open_source(root)
+
+
+def _compact_shard(path, names):
+    """A shard spelled as the reference writer spells it, one U8 byte per name, the names as
+    given (a name may repeat)."""
+    body = ",".join(f'"{n}":{{"dtype":"U8","shape":[1],"data_offsets":[{i},{i + 1}]}}' for i, n in enumerate(names))
+    raw = ("{" + body + "}").encode()
+    raw += b" " * (-len(raw) % 8)
+    path.write_bytes(len(raw).to_bytes(8, "little") + raw + bytes(len(names)))
+
+
+@pytest.mark.parametrize("names", [["a.weight", "b.weight", "a.weight"], ["a.weight", "__metadata__"]])
+def test_a_shard_holding_a_name_twice_fails_reading_the_directory_as_it_fails_alone(tmp_path, names):
+    """The readers check each header's names for repeats together, by one set of every shard's
+    names: a shard whose own names repeat still gets the error reading it alone gives."""
+    from mxtrim_tui.core.read.safetensors_io import read_header
+
+    root = small_llama(tmp_path)
+    shard = sorted(root.glob("model-*.safetensors"))[-1]
+    kept = read_header(shard).names
+    _compact_shard(shard, names)
+    index = load_index(root)
+    index["weight_map"] = {n: s for n, s in index["weight_map"].items() if n not in kept} | {n: shard.name for n in names}
+    (root / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
+    with pytest.raises(InputError) as alone:
+        read_header(shard)
+    with pytest.raises(InputError) as raised:
+        open_source(root)
+    assert str(raised.value) == str(alone.value) and shard.name in str(raised.value)
+
+
+def test_a_stray_copy_holding_the_same_names_as_a_shard_is_not_read_as_one(tmp_path):
+    """An unindexed copy of a shard repeats its names: the shards the index names are read as
+    before, and the copy is listed with a warning."""
+    root = small_llama(tmp_path)
+    before = open_source(root)
+    first = sorted(root.glob("model-*.safetensors"))[0]
+    (root / "consolidated.safetensors").write_bytes(first.read_bytes())
+    src = open_source(root)
+    assert list(src.shards) == list(before.shards) and src.tensor_shard == before.tensor_shard
+    assert any("consolidated.safetensors" in w and "not referenced" in w for w in src.warnings)

@@ -30,18 +30,38 @@ class NotRegularFile(OSError):
 def open_regular(path):
     """``open(path, "rb")`` for a regular file (symlinks followed); anything else raises
     :class:`NotRegularFile` before a byte is read, without blocking."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    fd, _ = open_regular_fd(path)
     try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            what = next((label for test, label in _KINDS if test(mode)), "not a regular file")
-            raise NotRegularFile(f"is {what}, not a regular file")
-        if hasattr(os, "set_blocking"):
-            os.set_blocking(fd, True)
         return os.fdopen(fd, "rb")
     except BaseException:
         os.close(fd)
         raise
+
+
+def open_regular_fd(path) -> tuple[int, os.stat_result]:
+    """:func:`open_regular` as a bare descriptor and its ``fstat`` (the caller closes it)."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            what = next((label for test, label in _KINDS if test(st.st_mode)), "not a regular file")
+            raise NotRegularFile(f"is {what}, not a regular file")
+        # (O_NONBLOCK, which kept a FIFO from blocking the open, changes nothing for a regular file)
+        return fd, st
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def pread_exactly(fd: int, size: int, offset: int) -> bytes:
+    """``size`` bytes at ``offset``, fewer only where the file ends first."""
+    data = os.pread(fd, size, offset)
+    while len(data) < size:
+        more = os.pread(fd, size - len(data), offset + len(data))
+        if not more:
+            break
+        data += more
+    return data
 
 
 def read_limited(path, limit: int = JSON_LIMIT_BYTES) -> bytes:

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from ..errors import SafetensorsFormatError
-from .files import NotRegularFile, open_regular
+from .files import NotRegularFile, open_regular_fd, pread_exactly
 
 # Bit width of every dtype the format defines, in the format's own order.
 DTYPE_BITS: dict[str, int] = {
@@ -271,8 +271,13 @@ def _has_lone_surrogate(text: str) -> bool:
     return pending >= 0
 
 
-def parse_header_bytes(path: str | Path, raw: bytes, file_size: int) -> SafetensorsHeader:
+def parse_header_bytes(path: str | Path, raw: bytes, file_size: int, names_checked_by_caller: bool = False) -> SafetensorsHeader:
     """Validate a header already read from disk (``raw`` = the JSON bytes).
+
+    ``names_checked_by_caller``: the caller reading many shards makes sure itself that no name
+    is given twice and none is ``__metadata__`` (one set of every shard's names does it for all
+    of them at once, and a name held by two shards needs that set anyway); where it finds
+    one, it reads the headers again without this.
 
     A fast path handles well-formed headers with C-level operations where it can; any
     irregularity sends the header through the exact, entry-by-entry path, which produces
@@ -283,7 +288,7 @@ def parse_header_bytes(path: str | Path, raw: bytes, file_size: int) -> Safetens
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         _fail(path, f"header is not valid UTF-8 ({exc.reason} at byte {exc.start})")
-    canonical = _parse_canonical(path, raw, text, len(raw), file_size)
+    canonical = _parse_canonical(path, raw, text, len(raw), file_size, names_checked_by_caller)
     if canonical is not None:
         return canonical
     try:
@@ -393,7 +398,7 @@ def _entries_start(text: str, p: list[str]):
     return start, metadata
 
 
-def _parse_canonical(path, raw, text, header_size, file_size):
+def _parse_canonical(path, raw, text, header_size, file_size, names_checked_by_caller=False):
     """Validate and columnise a canonically written header without building a JSON tree.
 
     Every character is accounted for: the constant pieces are compared exactly, names hold
@@ -422,9 +427,10 @@ def _parse_canonical(path, raw, text, header_size, file_size):
         return None
     shape_pieces = p[start + 7 :: _PIECES]
     offset_pieces = p[start + 9 :: _PIECES]
-    name_set = set(names)
-    if len(name_set) != n or "__metadata__" in name_set:
-        return None
+    if not names_checked_by_caller:
+        name_set = set(names)
+        if len(name_set) != n or "__metadata__" in name_set:
+            return None
     global _sizes_of
     if len(_sizes_of.shapes) > 100_000:  # distinct shapes seen by this process: bounded
         _sizes_of = _SizesByDtype()
@@ -701,16 +707,17 @@ def _note_duplicate_keys(duplicates: dict):
     return hook
 
 
-def read_header(path: str | Path) -> SafetensorsHeader:
-    """Read and validate the header of one safetensors file."""
+def read_header(path: str | Path, names_checked_by_caller: bool = False) -> SafetensorsHeader:
+    """Read and validate the header of one safetensors file (``names_checked_by_caller``: see
+    :func:`parse_header_bytes`)."""
     path = path if isinstance(path, Path) else Path(path)
     try:
-        with open_regular(path) as fh:
-            file_size = os.fstat(fh.fileno()).st_size
+        fd, st = open_regular_fd(path)
+        try:
+            file_size = st.st_size
             if file_size < 8:
                 _fail(path, f"file is {file_size} bytes, too small for the 8-byte header length")
-            head = fh.read(8)
-            header_size = int.from_bytes(head, "little")
+            header_size = int.from_bytes(pread_exactly(fd, 8, 0), "little")
             if header_size > MAX_HEADER_SIZE:
                 _fail(path, f"header length {header_size} exceeds the limit of {MAX_HEADER_SIZE} bytes")
             if 8 + header_size > file_size:
@@ -718,7 +725,9 @@ def read_header(path: str | Path) -> SafetensorsHeader:
                     path,
                     f"header length {header_size} runs past the end of the file ({file_size} bytes)",
                 )
-            raw = fh.read(header_size)
+            raw = pread_exactly(fd, header_size, 8)
+        finally:
+            os.close(fd)
     except NotRegularFile as exc:
         raise SafetensorsFormatError(path, str(exc)) from None
     except OSError as exc:
@@ -727,7 +736,7 @@ def read_header(path: str | Path) -> SafetensorsHeader:
         raise SafetensorsFormatError(path, f"cannot be opened ({exc})") from None
     if len(raw) != header_size:
         _fail(path, "file changed while reading the header")
-    return parse_header_bytes(path, raw, file_size)
+    return parse_header_bytes(path, raw, file_size, names_checked_by_caller)
 
 
 def build_header_bytes(

@@ -568,23 +568,38 @@ def _may_be_shard(entry) -> bool:
         return True
 
 
-def _read_top_level_shards(root: Path) -> dict[str, SafetensorsHeader | InputError]:
+def _read_top_level_shards(root: Path) -> tuple[dict[str, SafetensorsHeader | InputError], set[str] | None]:
     """Every ``*.safetensors`` file at the top of the directory (symlinks followed), sorted by
-    name: its validated header, or the error reading it gave. Errors are kept, not raised:
-    a file the index does not name is never an error (loaders ignore it); without an index,
-    the first one is raised."""
+    name: its validated header, or the error reading it gave; and the set of every name the
+    headers hold when no name is given twice, in one header or across them (else None).
+    Errors are kept, not raised: a file the index does not name is never an error (loaders
+    ignore it); without an index, the first one is raised.
+
+    Each header's own names are checked for repeats by one set of all of them (which a name
+    in two shards needs anyway); only where that set finds a repeat is each header checked on
+    its own, and one holding a name twice (or a tensor named ``__metadata__``) read again with
+    its reader's own check, which says what is wrong with it."""
     with os.scandir(root) as listing:
-        names = sorted(e.name for e in listing if e.name.endswith(".safetensors") and _may_be_shard(e))
-    headers: dict[str, SafetensorsHeader | InputError] = {}
-    for rel in names:
-        try:
-            headers[rel] = read_header(root / rel)
-        except InputError as exc:
-            headers[rel] = exc
-    return headers
+        files = sorted(e.name for e in listing if e.name.endswith(".safetensors") and _may_be_shard(e))
+    headers = {rel: _read_or_error(root / rel, names_checked_here=True) for rel in files}
+    read = [h.names for h in headers.values() if type(h) is SafetensorsHeader]
+    every_name = set().union(*read)
+    if len(every_name) == sum(map(len, read)) and "__metadata__" not in every_name:
+        return headers, every_name
+    for rel, h in headers.items():
+        if type(h) is SafetensorsHeader and ("__metadata__" in h.names or len(set(h.names)) != len(h.names)):
+            headers[rel] = _read_or_error(root / rel, names_checked_here=False)
+    return headers, None
 
 
-def _read_indexed_shards(root: Path, index_path: Path, at_top: dict):
+def _read_or_error(path: Path, names_checked_here: bool) -> SafetensorsHeader | InputError:
+    try:
+        return read_header(path, names_checked_here)
+    except InputError as exc:
+        return exc
+
+
+def _read_indexed_shards(root: Path, index_path: Path, at_top: dict, every_name: set | None = None):
     """``(headers of the shards on disk, absent shards, the index's warnings, its total_size)``
     for the shards the index names, checked against it. ``at_top``: what
     :func:`_read_top_level_shards` read (reused, never re-read).
@@ -597,7 +612,7 @@ def _read_indexed_shards(root: Path, index_path: Path, at_top: dict):
     popping cleanly and only absent shards' names left over means the map and the shards
     hold the same names; otherwise _verify_index works out the details from a fresh copy of
     the index."""
-    agreed = _index_agrees_with_shards(index_path, at_top)
+    agreed = _index_agrees_with_shards(index_path, at_top, every_name)
     if agreed is not None:
         index_outside_map, shards = agreed
         warnings, total = _total_size_check(index_path, index_outside_map, shards, {})
@@ -656,7 +671,7 @@ _JSON_WHITESPACE_BYTES = JSON_WHITESPACE.encode()
 _MAP_FLAGS = (mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)) if hasattr(mmap, "MAP_SHARED") else None
 
 
-def _index_agrees_with_shards(index_path: Path, at_top: dict):
+def _index_agrees_with_shards(index_path: Path, at_top: dict, every_name: set | None = None):
     """``(the index without its weight-map entries, the shards it names)`` when the index's
     weight map names exactly the tensors of the top-level shards it refers to, each in the
     shard that holds it; None when that is not certain, and the long way decides.
@@ -674,7 +689,8 @@ def _index_agrees_with_shards(index_path: Path, at_top: dict):
     opened (no escapes there to spell another); each piece but the last ends in a comma and
     holds at least one pair, so the pieces join into one valid body; every name must pop
     from the shards' names with its shard as value, so a name given twice, missing, or
-    placed in the wrong shard rejects."""
+    placed in the wrong shard rejects. ``every_name``: the set of the names ``at_top``'s
+    headers hold, where the reader made it."""
     if _MAP_FLAGS is None:  # no POSIX mmap flags (Windows): the long way
         return None
     headers = {rel: h for rel, h in at_top.items() if type(h) is SafetensorsHeader and _is_plain_shard_name(rel)}
@@ -690,7 +706,9 @@ def _index_agrees_with_shards(index_path: Path, at_top: dict):
             if _spelled_in_shard_order(data, body_start, body_end, headers):
                 # every shard's names given once each, with its shard: a name held by two
                 # shards is the only thing left to rule out (the long way says which)
-                if len(set().union(*(h.names for h in headers.values()))) != held:
+                if every_name is None or len(headers) != len(at_top):
+                    every_name = set().union(*(h.names for h in headers.values()))
+                if len(every_name) != held:
                     return None
                 owner = {}
             else:
@@ -1004,7 +1022,7 @@ def _open_source(root: Path) -> ModelSource:
 
     # --- shards: from the index when there is one, else every *.safetensors at the top
     index_path = root / INDEX_NAME
-    at_top = _read_top_level_shards(root)
+    at_top, every_name = _read_top_level_shards(root)
     if not index_path.exists():
         index_path = None
         for header in at_top.values():
@@ -1014,7 +1032,7 @@ def _open_source(root: Path) -> ModelSource:
         tensor_shard = _tensor_shard_without_index(root, shards)
         absent_shards, total_size = {}, None
     else:
-        shards, absent_shards, index_warnings, total_size = _read_indexed_shards(root, index_path, at_top)
+        shards, absent_shards, index_warnings, total_size = _read_indexed_shards(root, index_path, at_top, every_name)
         warnings += index_warnings
         tensor_shard = None  # built from the headers when first asked for
 
