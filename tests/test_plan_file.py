@@ -40,12 +40,14 @@ def test_a_saved_plan_writes_byte_for_byte_what_the_flags_write(demo, tmp_path, 
     assert "config.json" in doc["source"]["pins"]["files"]
 
     out = tmp_path / "out"
-    from_plan = run_cli("trim", "--plan", str(plan_file), "--out", str(out))
+    same_minute = {"SOURCE_DATE_EPOCH": "1796342400"}  # the README's "Made by mxtrim on" line
+    from_plan = run_cli("trim", "--plan", str(plan_file), "--out", str(out), env=same_minute)
     assert from_plan.returncode == 0, from_plan.stderr
     written = _tree(out)
+    assert "Made by mxtrim on 2026-12-04 00:00 UTC." in written["README.md"].decode()
     shutil.rmtree(out)
     relative = os.path.relpath(demo, REPO)  # run_cli runs in the repository: SRC as a user types it
-    from_flags = run_cli("trim", relative, "--keep", "0,2", *SERVE, "--mode", mode, "--out", str(out))
+    from_flags = run_cli("trim", relative, "--keep", "0,2", *SERVE, "--mode", mode, "--out", str(out), env=same_minute)
     assert from_flags.returncode == 0, from_flags.stderr
     assert _tree(out) == written  # every file, byte for byte
     readme = written["README.md"].decode()

@@ -5,6 +5,7 @@ covered and what is not, the files, the environment, how to serve it, and valida
 from __future__ import annotations
 
 import json
+import os
 import shlex
 from datetime import datetime, timezone
 from pathlib import Path
@@ -172,6 +173,15 @@ def render_report(
     return "\n".join(lines)
 
 
+def made_at() -> datetime:
+    """When the output is said to be made: now, or ``$SOURCE_DATE_EPOCH`` where it is set (the
+    reproducible-builds convention: the same trim then writes the same bytes)."""
+    epoch = os.environ.get("SOURCE_DATE_EPOCH", "").strip()
+    if epoch.isdigit():
+        return datetime.fromtimestamp(int(epoch), timezone.utc)
+    return datetime.now(timezone.utc)
+
+
 def _summary_section(add, plan: TrimPlan, mode: str, weights: dict | None) -> None:
     """Title, the table of what was trimmed, and what the mode means."""
     inv = plan.inventory
@@ -180,7 +190,7 @@ def _summary_section(add, plan: TrimPlan, mode: str, weights: dict | None) -> No
     title_mode = "dummy (config + tokenizer, no weights)" if mode == "dummy" else "real weights"
     add(f"# {inv.model_name} — {n}-layer {mode} trim")
     add("")
-    add(f"Made by mxtrim on {datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}.")
+    add(f"Made by mxtrim on {made_at().strftime('%Y-%m-%d %H:%M UTC')}.")
     add("")
     add("| | |")
     add("| --- | --- |")
