@@ -6,6 +6,7 @@ it is the piecewise check that settles the common spellings (else it would be de
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -345,3 +346,54 @@ def test_names_a_header_escapes_in_a_shard_order_index_get_the_verdict_of_the_wh
     (root / INDEX_NAME).write_text(SHARD_ORDER[spelling](_in_shard_order(root)), encoding="utf-8")
     with_pieces, whole, _ = _both_ways(root, monkeypatch)
     assert with_pieces == whole and with_pieces[0] == "ok" and len(with_pieces[3]) == 13
+
+
+def _sorted_index(root, spelling="indent 2"):
+    doc = _in_shard_order(root)
+    doc["weight_map"] = dict(sorted(doc["weight_map"].items()))
+    return SHARD_ORDER[spelling](doc)
+
+
+@pytest.mark.parametrize("at_once", [1, 3, 2048])
+@pytest.mark.parametrize("spelling", sorted(SHARD_ORDER))
+def test_an_index_with_sorted_keys_is_settled_by_comparing_its_text(tmp_path, monkeypatch, spelling, at_once):
+    """``save_pretrained`` writes the index with its keys sorted: such a weight map is compared
+    with the headers' names sorted (``at_once`` pairs at a time), and the verdict is the whole
+    parse's."""
+    monkeypatch.setattr(source, "_SORTED_PAIRS_AT_ONCE", at_once)
+    root = _plain_checkpoint(tmp_path)
+    (root / INDEX_NAME).write_text(_sorted_index(root, spelling), encoding="utf-8")
+    compared = []
+    real = source._spelled_sorted
+    monkeypatch.setattr(source, "_spelled_sorted", lambda *a: compared.append(real(*a)) or compared[-1])
+    with_pieces, whole, said = _both_ways(root, monkeypatch)
+    assert compared == [True] and said is not None
+    assert with_pieces == whole and with_pieces[0] == "ok" and len(with_pieces[3]) == 11
+
+
+SORTED_DEFECTS = {
+    "two names swapped": lambda text: text.replace('"lm_head.weight"', '"@@"', 1).replace('"model.embed_tokens.weight"', '"lm_head.weight"', 1)
+    .replace('"@@"', '"model.embed_tokens.weight"', 1),
+    "a name in the wrong shard": lambda text: re.sub(r'"lm_head.weight": "model-0000\d', '"lm_head.weight": "model-00001', text, count=1),
+    "a pair given twice": lambda text: text.replace('"lm_head.weight"', '"lm_head.weight": "x",\n    "lm_head.weight"', 1),
+    "a pair missing": lambda text: "\n".join(line for line in text.splitlines() if '"lm_head.weight"' not in line),
+    "non-ASCII escaped": lambda text: text.replace("caf\u00e9", "caf\\u00e9"),
+    "a trailing comma": lambda text: text.replace('"\n  }', '",\n  }'),
+}
+
+
+@pytest.mark.parametrize("at_once", [3, 2048])
+@pytest.mark.parametrize("defect", sorted(SORTED_DEFECTS))
+def test_a_defect_in_a_sorted_index_is_never_settled_by_the_comparison(tmp_path, monkeypatch, defect, at_once):
+    monkeypatch.setattr(source, "_SORTED_PAIRS_AT_ONCE", at_once)
+    root = _plain_checkpoint(tmp_path)
+    text = _sorted_index(root)
+    changed = SORTED_DEFECTS[defect](text)
+    assert changed != text
+    (root / INDEX_NAME).write_text(changed, encoding="utf-8")
+    compared = []
+    real = source._spelled_sorted
+    monkeypatch.setattr(source, "_spelled_sorted", lambda *a: compared.append(real(*a)) or compared[-1])
+    with_pieces, whole, _ = _both_ways(root, monkeypatch)
+    assert True not in compared
+    assert with_pieces == whole

@@ -24,6 +24,8 @@ from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import Enum
+from bisect import bisect_right
+from itertools import accumulate, chain, repeat
 from operator import attrgetter
 from pathlib import Path, PurePosixPath
 
@@ -703,12 +705,14 @@ def _index_agrees_with_shards(index_path: Path, at_top: dict, every_name: set | 
             if outside is None:
                 return None
             index_outside_map, body_start, body_end = outside
-            if _spelled_in_shard_order(data, body_start, body_end, headers):
-                # every shard's names given once each, with its shard: a name held by two
-                # shards is the only thing left to rule out (the long way says which)
-                if every_name is None or len(headers) != len(at_top):
-                    every_name = set().union(*(h.names for h in headers.values()))
-                if len(every_name) != held:
+            if every_name is None or len(headers) != len(at_top):  # not made for exactly these headers
+                every_name = set().union(*(h.names for h in headers.values()))
+            names_once = len(every_name) == held
+            if _spelled_in_shard_order(data, body_start, body_end, headers) or (
+                    names_once and _spelled_sorted(data, body_start, body_end, headers)):
+                # every shard's names listed, each with its shard: a name held by two shards
+                # is the only thing left to rule out (the long way says which)
+                if not names_once:
                     return None
                 owner = {}
             else:
@@ -751,6 +755,29 @@ _BETWEEN = re.compile(r"[ \t\n\r]*")
 _CONTROL_BYTES = bytes(range(32))
 
 
+def _pair_spelling(data, body_start: int, body_end: int, first_name: str, first_shard: str):
+    """``(offset of the first pair in the body, the text between a name and its shard, the
+    text between two pairs)`` when the body starts with the pair ``first_name: first_shard``
+    spelled without escapes and followed by another pair; else None."""
+    head = data[body_start : min(body_end, body_start + 4096)].decode("utf-8", "replace")
+    lead = _BETWEEN.match(head).end()
+    at = lead + len(first_name) + 2
+    if head[lead:at] != f'"{first_name}"':
+        return None
+    colon_end = head.find('"', at)
+    colon = head[at:colon_end]
+    if colon.strip(JSON_WHITESPACE) != ":":
+        return None
+    at = colon_end + len(first_shard) + 2
+    if head[colon_end:at] != f'"{first_shard}"':
+        return None
+    sep_end = head.find('"', at)
+    sep = head[at:sep_end]
+    if sep_end < 0 or sep.strip(JSON_WHITESPACE) != ",":
+        return None  # one name only, or another spelling: the pieces decide
+    return lead, colon, sep
+
+
 def _spelled_in_shard_order(data, body_start: int, body_end: int, headers: dict) -> bool:
     """True when the weight map's body is, byte for byte, every shard's names in header order,
     shard after shard, each paired with its shard, in one spelling throughout (the same
@@ -762,23 +789,10 @@ def _spelled_in_shard_order(data, body_start: int, body_end: int, headers: dict)
     shards = [(rel, h.names) for rel, h in headers.items() if h.names]
     if not shards:
         return False
-    first_name, first_shard = shards[0][1][0], shards[0][0]
-    head = data[body_start : min(body_end, body_start + 4096)].decode("utf-8", "replace")
-    lead = _BETWEEN.match(head).end()
-    at = lead + len(first_name) + 2
-    if head[lead:at] != f'"{first_name}"':
+    spelling = _pair_spelling(data, body_start, body_end, shards[0][1][0], shards[0][0])
+    if spelling is None:
         return False
-    colon_end = head.find('"', at)
-    colon = head[at:colon_end]
-    if colon.strip(JSON_WHITESPACE) != ":":
-        return False
-    at = colon_end + len(first_shard) + 2
-    if head[colon_end:at] != f'"{first_shard}"':
-        return False
-    sep_end = head.find('"', at)
-    sep = head[at:sep_end]
-    if sep_end < 0 or sep.strip(JSON_WHITESPACE) != ",":
-        return False  # one name only, or another spelling: the pieces decide
+    lead, colon, sep = spelling
     # Shard by shard (each piece of text compared in place in the map, then dropped, so the
     # same memory serves every shard), nothing in a name needing an escape: each pair holds
     # exactly its four quotes, no backslash, and no control byte but the separators' own.
@@ -799,6 +813,58 @@ def _spelled_in_shard_order(data, body_start: int, body_end: int, headers: dict)
                 return False
             if not plain and (piece.count(b'"') != 4 * len(names) or b"\\" in piece
                               or len(piece) - len(piece.translate(None, _CONTROL_BYTES)) != len(names) * colon_controls + seps * sep_controls):
+                return False
+            pos = end
+    except UnicodeEncodeError:  # a lone surrogate in a name
+        return False
+    return not data[pos:body_end].strip(b" \t\n\r")  # nothing but whitespace after the last pair
+
+
+_SORTED_PAIRS_AT_ONCE = 2048  # pairs compared per piece: the same memory serves every piece
+
+
+def _spelled_sorted(data, body_start: int, body_end: int, headers: dict) -> bool:
+    """True when the weight map's body is, byte for byte, every name of the headers in sorted
+    order (as ``json.dumps(..., sort_keys=True)`` writes it: ``save_pretrained``'s index), each
+    paired with its shard, in one spelling throughout, nothing escaped: what
+    :func:`_spelled_in_shard_order` checks, in that order. The names must be known to be given
+    once each (the caller's set of every name); anything else returns False, and the pieces
+    decide."""
+    shards = [(rel, h.names) for rel, h in headers.items() if h.names]
+    if not shards:
+        return False
+    names = list(chain.from_iterable(names for _, names in shards))
+    # header order is mostly sorted already: the sort merges runs
+    order = sorted(range(len(names)), key=names.__getitem__)
+    first = order[0]
+    first_shard = shards[bisect_right(list(accumulate(len(held) for _, held in shards)), first)][0]
+    spelling = _pair_spelling(data, body_start, body_end, names[first], first_shard)
+    if spelling is None:
+        return False
+    lead, colon, sep = spelling
+    # what follows each name up to the next name: ": "SHARD",<sep>" (one string per shard)
+    after = list(chain.from_iterable(repeat(f'"{colon}"{rel}"{sep}"', len(held)) for rel, held in shards))
+    plain = all(headers[rel].plain_names and _needs_no_escape(rel) for rel, _ in shards)  # see there
+    colon_controls, sep_controls = (sum(map(text.count, "\t\n\r")) for text in (colon, sep))
+    pos = body_start + lead
+    flat: list = [None] * (2 * _SORTED_PAIRS_AT_ONCE)
+    try:
+        for at in range(0, len(order), _SORTED_PAIRS_AT_ONCE):
+            part = order[at : at + _SORTED_PAIRS_AT_ONCE]
+            more = at + _SORTED_PAIRS_AT_ONCE < len(order)
+            if len(flat) != 2 * len(part):
+                flat = [None] * (2 * len(part))
+            flat[0::2] = map(names.__getitem__, part)
+            flat[1::2] = map(after.__getitem__, part)
+            text = ('"' if at == 0 else "") + "".join(flat)  # every pair, the next name's quote opened
+            piece = (text if more else text[: -len(sep) - 1]).encode("utf-8")  # the last: up to its shard's quote
+            end = pos + len(piece)
+            if end > body_end or data[pos:end] != piece:
+                return False
+            seps = len(part) if more else len(part) - 1
+            quotes = 4 * len(part) + (at == 0) - (not more)  # the first opens the map's first name; the last ends at its shard
+            if not plain and (piece.count(b'"') != quotes or b"\\" in piece
+                              or len(piece) - len(piece.translate(None, _CONTROL_BYTES)) != len(part) * colon_controls + seps * sep_controls):
                 return False
             pos = end
     except UnicodeEncodeError:  # a lone surrogate in a name
