@@ -98,11 +98,11 @@ class SafetensorsHeader:
     (name -> :class:`TensorInfo`) is built on first use; :meth:`by_offset` sorts by offset.
     """
 
-    __slots__ = ("path", "header_size", "file_size", "metadata", "names", "dtypes", "shapes", "begins", "ends", "_tensors", "plain_names")
+    __slots__ = ("_path", "header_size", "file_size", "metadata", "names", "dtypes", "shapes", "begins", "ends", "_tensors", "plain_names")
     present = True  # on disk and read (see AbsentShard)
 
     def __init__(self, path, header_size, file_size, metadata, names, dtypes, shapes, begins, ends):
-        self.path = path if isinstance(path, Path) else Path(path)
+        self._path = path  # made a Path when first asked for (a directory's read builds none)
         self.header_size = header_size
         self.file_size = file_size
         self.metadata = metadata
@@ -115,6 +115,12 @@ class SafetensorsHeader:
         # True when every name is known to be spelled in JSON as is (no quote, backslash or
         # control character): the canonical reader proved it; False where not known.
         self.plain_names = False
+
+    @property
+    def path(self) -> Path:
+        if not isinstance(self._path, Path):
+            self._path = Path(self._path)
+        return self._path
 
     @property
     def tensors(self) -> dict[str, TensorInfo]:
@@ -283,7 +289,6 @@ def parse_header_bytes(path: str | Path, raw: bytes, file_size: int, names_check
     irregularity sends the header through the exact, entry-by-entry path, which produces
     the precise error. Both accept exactly the same headers.
     """
-    path = path if isinstance(path, Path) else Path(path)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -710,7 +715,6 @@ def _note_duplicate_keys(duplicates: dict):
 def read_header(path: str | Path, names_checked_by_caller: bool = False) -> SafetensorsHeader:
     """Read and validate the header of one safetensors file (``names_checked_by_caller``: see
     :func:`parse_header_bytes`)."""
-    path = path if isinstance(path, Path) else Path(path)
     try:
         fd, st = open_regular_fd(path)
         try:

@@ -583,18 +583,19 @@ def _read_top_level_shards(root: Path) -> tuple[dict[str, SafetensorsHeader | In
     its reader's own check, which says what is wrong with it."""
     with os.scandir(root) as listing:
         files = sorted(e.name for e in listing if e.name.endswith(".safetensors") and _may_be_shard(e))
-    headers = {rel: _read_or_error(root / rel, names_checked_here=True) for rel in files}
+    top = str(root)  # paths as text: a header makes its Path only when asked for it
+    headers = {rel: _read_or_error(os.path.join(top, rel), names_checked_here=True) for rel in files}
     read = [h.names for h in headers.values() if type(h) is SafetensorsHeader]
     every_name = set().union(*read)
     if len(every_name) == sum(map(len, read)) and "__metadata__" not in every_name:
         return headers, every_name
     for rel, h in headers.items():
         if type(h) is SafetensorsHeader and ("__metadata__" in h.names or len(set(h.names)) != len(h.names)):
-            headers[rel] = _read_or_error(root / rel, names_checked_here=False)
+            headers[rel] = _read_or_error(os.path.join(top, rel), names_checked_here=False)
     return headers, None
 
 
-def _read_or_error(path: Path, names_checked_here: bool) -> SafetensorsHeader | InputError:
+def _read_or_error(path: str, names_checked_here: bool) -> SafetensorsHeader | InputError:
     try:
         return read_header(path, names_checked_here)
     except InputError as exc:
