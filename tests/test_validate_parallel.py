@@ -114,8 +114,8 @@ if neighbours() != before:
     event("failed")
     os.unlink(me)
     sys.exit(1)
+event("kv-ready")  # the KV cache is allocated before vLLM says so (and a neighbour may go on at once)
 print(f"INFO 12-04 20:00:00 [core.py:403] init engine (profile, create kv cache, warmup model) took {PROFILE:.2f} s", flush=True)
-event("kv-ready")
 '''
 STANDIN_SERVER = STANDIN_GPU + STAND_IN
 
