@@ -56,6 +56,14 @@ def _both_ways(root, monkeypatch):
     return with_pieces, whole, said[0] if said else None
 
 
+def _spy(monkeypatch, name: str) -> list:
+    """What ``source.<name>`` answers, call after call, in the list returned."""
+    said = []
+    real = getattr(source, name)
+    monkeypatch.setattr(source, name, lambda *a: said.append(real(*a)) or said[-1])
+    return said
+
+
 def _swap_keys(doc):
     return {"weight_map": doc["weight_map"], "metadata": doc["metadata"]}
 
@@ -287,9 +295,7 @@ def _in_shard_order(root):
 def test_an_index_in_shard_order_is_settled_by_one_comparison(tmp_path, monkeypatch, spelling):
     root = _plain_checkpoint(tmp_path)
     (root / INDEX_NAME).write_text(SHARD_ORDER[spelling](_in_shard_order(root)), encoding="utf-8")
-    compared = []
-    real = source._spelled_in_shard_order
-    monkeypatch.setattr(source, "_spelled_in_shard_order", lambda *a: compared.append(real(*a)) or compared[-1])
+    compared = _spy(monkeypatch, "_spelled_in_shard_order")
     with_pieces, whole, said = _both_ways(root, monkeypatch)
     assert compared[0] is True and said is not None
     assert with_pieces == whole and with_pieces[0] == "ok" and len(with_pieces[3]) == 11
@@ -299,9 +305,7 @@ def test_an_index_in_shard_order_is_settled_by_one_comparison(tmp_path, monkeypa
 def test_a_defect_in_a_shard_order_index_is_never_settled_by_the_comparison(tmp_path, monkeypatch, defect):
     root = _plain_checkpoint(tmp_path)
     (root / INDEX_NAME).write_text(SHARD_ORDER_DEFECTS[defect](_in_shard_order(root)), encoding="utf-8")
-    compared = []
-    real = source._spelled_in_shard_order
-    monkeypatch.setattr(source, "_spelled_in_shard_order", lambda *a: compared.append(real(*a)) or compared[-1])
+    compared = _spy(monkeypatch, "_spelled_in_shard_order")
     with_pieces, whole, _ = _both_ways(root, monkeypatch)
     assert True not in compared
     assert with_pieces == whole
@@ -330,9 +334,7 @@ def test_a_name_held_by_two_shards_is_never_settled_by_the_comparison(tmp_path, 
     pairs = [(n, shard.name) for shard in sorted(root.glob("*.safetensors")) for n in read_header(shard).names]
     body = ",\n".join(f"    {_dumps(n)}: {_dumps(r)}" for n, r in pairs)
     (root / INDEX_NAME).write_text('{\n  "metadata": %s,\n  "weight_map": {\n%s\n  }\n}\n' % (json.dumps(doc["metadata"]), body), encoding="utf-8")
-    compared = []
-    real = source._spelled_in_shard_order
-    monkeypatch.setattr(source, "_spelled_in_shard_order", lambda *a: compared.append(real(*a)) or compared[-1])
+    compared = _spy(monkeypatch, "_spelled_in_shard_order")
     with_pieces, whole, said = _both_ways(root, monkeypatch)
     assert compared == [True] and said is None
     assert with_pieces == whole and with_pieces[0] == "error" and "model.embed_tokens.weight" in with_pieces[2]
@@ -363,9 +365,7 @@ def test_an_index_with_sorted_keys_is_settled_by_comparing_its_text(tmp_path, mo
     monkeypatch.setattr(source, "_SORTED_PAIRS_AT_ONCE", at_once)
     root = _plain_checkpoint(tmp_path)
     (root / INDEX_NAME).write_text(_sorted_index(root, spelling), encoding="utf-8")
-    compared = []
-    real = source._spelled_sorted
-    monkeypatch.setattr(source, "_spelled_sorted", lambda *a: compared.append(real(*a)) or compared[-1])
+    compared = _spy(monkeypatch, "_spelled_sorted")
     with_pieces, whole, said = _both_ways(root, monkeypatch)
     assert compared == [True] and said is not None
     assert with_pieces == whole and with_pieces[0] == "ok" and len(with_pieces[3]) == 11
@@ -391,9 +391,7 @@ def test_a_defect_in_a_sorted_index_is_never_settled_by_the_comparison(tmp_path,
     changed = SORTED_DEFECTS[defect](text)
     assert changed != text
     (root / INDEX_NAME).write_text(changed, encoding="utf-8")
-    compared = []
-    real = source._spelled_sorted
-    monkeypatch.setattr(source, "_spelled_sorted", lambda *a: compared.append(real(*a)) or compared[-1])
+    compared = _spy(monkeypatch, "_spelled_sorted")
     with_pieces, whole, _ = _both_ways(root, monkeypatch)
     assert True not in compared
     assert with_pieces == whole

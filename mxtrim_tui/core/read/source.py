@@ -810,10 +810,8 @@ def _spelled_in_shard_order(data, body_start: int, body_end: int, headers: dict)
             seps = len(names) if i < last else len(names) - 1  # a separator after each pair but the map's last
             piece = ('"' + (pair_end + sep + '"').join(names) + pair_end + (sep if i < last else "")).encode("utf-8")
             end = pos + len(piece)
-            if end > body_end or data[pos:end] != piece:
-                return False
-            if not plain and (piece.count(b'"') != 4 * len(names) or b"\\" in piece
-                              or len(piece) - len(piece.translate(None, _CONTROL_BYTES)) != len(names) * colon_controls + seps * sep_controls):
+            if end > body_end or data[pos:end] != piece or not (
+                    plain or _holds_no_escape(piece, 4 * len(names), len(names) * colon_controls + seps * sep_controls)):
                 return False
             pos = end
     except UnicodeEncodeError:  # a lone surrogate in a name
@@ -860,17 +858,22 @@ def _spelled_sorted(data, body_start: int, body_end: int, headers: dict) -> bool
             text = ('"' if at == 0 else "") + "".join(flat)  # every pair, the next name's quote opened
             piece = (text if more else text[: -len(sep) - 1]).encode("utf-8")  # the last: up to its shard's quote
             end = pos + len(piece)
-            if end > body_end or data[pos:end] != piece:
-                return False
             seps = len(part) if more else len(part) - 1
             quotes = 4 * len(part) + (at == 0) - (not more)  # the first opens the map's first name; the last ends at its shard
-            if not plain and (piece.count(b'"') != quotes or b"\\" in piece
-                              or len(piece) - len(piece.translate(None, _CONTROL_BYTES)) != len(part) * colon_controls + seps * sep_controls):
+            if end > body_end or data[pos:end] != piece or not (
+                    plain or _holds_no_escape(piece, quotes, len(part) * colon_controls + seps * sep_controls)):
                 return False
             pos = end
     except UnicodeEncodeError:  # a lone surrogate in a name
         return False
     return not data[pos:body_end].strip(b" \t\n\r")  # nothing but whitespace after the last pair
+
+
+def _holds_no_escape(piece: bytes, quotes: int, controls: int) -> bool:
+    """A piece of the weight map holds only the quotes and control bytes its pairs and
+    separators spell, and no backslash: no name or shard name in it is escaped."""
+    return (piece.count(b'"') == quotes and b"\\" not in piece
+            and len(piece) - len(piece.translate(None, _CONTROL_BYTES)) == controls)
 
 
 def _needs_no_escape(name: str) -> bool:
