@@ -1158,8 +1158,9 @@ def _make_layer(fam, stack, cfg, sub, index, stored, prefix, columns: _Columns, 
     analysed = next((a.result for a in memo if a.fits(columns)), None)
     if analysed is None:
         rests = tuple(map(itemgetter(slice(columns.cut, None)), columns.names))
-        dtypes = tuple(columns.dtypes)
-        shapes = tuple(map(tuple, columns.shapes))
+        dtype_column, shape_column = columns.dtypes, columns.shapes  # each sliced from the headers once
+        dtypes = tuple(dtype_column)
+        shapes = tuple(map(tuple, shape_column))
         sizes = list(map(minus, columns.ends, columns.begins))
         dtype_bytes: dict[str, int] = {}
         for dtype, n in zip(dtypes, sizes):
@@ -1169,7 +1170,7 @@ def _make_layer(fam, stack, cfg, sub, index, stored, prefix, columns: _Columns, 
             analysed = _analyse_tensors(rests, dtypes, shapes, quantized, estimate) + (sum(sizes), dtype_bytes)
         else:
             analysed = (None, None, None, (), (), 0, [], 0, {})
-        memo.append(_Analysed(rests, columns.dtypes, columns.shapes, analysed))
+        memo.append(_Analysed(rests, dtype_column, shape_column, analysed))
     t_att, t_mlp, t_exp, special, weight_dtypes, scales, unquant, nbytes, dtype_bytes = analysed
     dtype_bytes = dict(dtype_bytes)
     absent = columns.dtypes.count(ABSENT_DTYPE) if ABSENT_DTYPE in dtype_bytes else 0
