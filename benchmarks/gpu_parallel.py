@@ -12,8 +12,8 @@ compares each output's runs: every check's verdict, and the KV cache tokens vLLM
 Every phase starts from empty compile caches of its own (vLLM's, TorchInductor's and Triton's,
 under WORKDIR/caches/PHASE), as a re-validation after a vLLM upgrade does: a phase does not
 reuse what an earlier one compiled (`--shared-caches` lets them share the user's caches).
-Writes WORKDIR/parallel.md and WORKDIR/parallel.json. Not a test: CI has no GPU; the batch's
-rules are tested on the CPU (tests/test_validate_parallel.py)."""
+Each phase keeps WORKDIR/PHASE.json; the report writes WORKDIR/report.md and report.json.
+Not a test: CI has no GPU; the batch's rules are tested on the CPU (tests/test_validate_parallel.py)."""
 
 from __future__ import annotations
 
@@ -97,12 +97,17 @@ def verdicts(run: dict) -> dict:
 PHASES = ("parallel", "starting", "serial")  # in the order they run
 
 
+def phase_file(phase: str, starting: str) -> str:
+    """The result file's stem: ``starting`` phases keep one file per K (starting2, starting3 ...)."""
+    return f"starting{starting}" if phase == "starting" else phase
+
+
 def run_phase(args, models: Path, phase: str) -> None:
     jobs = {"parallel": ["--jobs", "auto"], "starting": ["--jobs", "auto", "--starting", args.starting], "serial": ["--jobs", "1"]}[phase]
     env = None if args.shared_caches else fresh_caches(args.work / "caches" / phase)
     wall, matrix, err = batch(models, args.share, args.timeout, jobs, env)
     runs = {name: json.loads((models / name / "validation.json").read_text())["runs"][-1] for name in MODELS}
-    (args.work / f"{phase}.json").write_text(json.dumps({"wall": wall, "matrix": matrix, "stderr": err, "runs": runs, "argv": jobs}))
+    (args.work / f"{phase_file(phase, args.starting)}.json").write_text(json.dumps({"wall": wall, "matrix": matrix, "stderr": err, "runs": runs, "argv": jobs}))
     print(f"{phase}: {wall:.1f} s")
 
 
@@ -131,19 +136,20 @@ def main() -> int:
                     help="run one part (each keeps its result in WORKDIR), or all of them in the order "
                     + ", ".join(PHASES) + ", then the report")
     args = ap.parse_args()
-    models = build(args.work)
+    models = build(args.work) if args.phase != "report" else args.work / "models"
     for phase in PHASES:
         if args.phase in (phase, "all"):
             run_phase(args, models, phase)
     if args.phase not in ("report", "all"):
         return 0
-    done = {p: json.loads((args.work / f"{p}.json").read_text()) for p in PHASES if (args.work / f"{p}.json").exists()}
+    stems = ["serial", "parallel", *sorted(p.stem for p in args.work.glob("starting*.json"))]
+    done = {p: json.loads((args.work / f"{p}.json").read_text()) for p in stems if (args.work / f"{p}.json").exists()}
     serial = done["serial"]
     doc = {"share": args.share, "fresh_caches": not args.shared_caches, "serial_s": round(serial["wall"], 1), "phases": {}}
     lines = [f"`mxtrim validate --all MODELS --serve --again --gpu-memory-utilization {args.share}`, each phase from "
              + ("empty compile caches" if not args.shared_caches else "the user's compile caches")
              + f": serial (`--jobs 1`) {serial['wall']:.1f} s", ""]
-    for phase in ("parallel", "starting"):
+    for phase in stems[1:]:
         if phase not in done:
             continue
         other = done[phase]
@@ -159,8 +165,8 @@ def main() -> int:
                          f"{r['kv_serial']} / {r['kv_other']} ({r['kv_ratio']}) | {r['startup_serial']} / {r['startup_other']} |")
         lines.append("")
     doc["serial_matrix"], doc["serial_stderr"] = serial["matrix"], serial["stderr"][-6000:]
-    (args.work / "parallel.json").write_text(json.dumps(doc, indent=2))
-    (args.work / "parallel.md").write_text("\n".join(lines) + "\n")
+    (args.work / "report.json").write_text(json.dumps(doc, indent=2))
+    (args.work / "report.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
 
