@@ -167,6 +167,22 @@ def test_a_generic_index_field_nothing_checked_is_said(tmp_path, no_transformers
 
 
 @pytest.mark.slow
+def test_a_check_process_that_dies_says_the_unchecked_index_field_too(tmp_path):
+    """A judging interpreter that answers nothing a check can use (its process ends): the plan
+    is not checked, and the index field nothing checked is said as without transformers."""
+    src = v4.published_source(tmp_path / "generic", v4.config(model_type="foo_v4", architectures=["FooV4ForCausalLM"]))
+    dies = tmp_path / "python-that-exits"
+    dies.write_text("#!/bin/sh\nexit 3\n")
+    dies.chmod(dies.stat().st_mode | stat.S_IXUSR)
+    proc = run_cli("plan", str(src), "--keep", "0,3", "--json", "--python", str(dies), env={"XDG_CACHE_HOME": str(tmp_path / "c")})
+    doc = json.loads(proc.stdout)
+    assert doc["transformers_check"]["status"] == NOT_CHECKED and "process failed" in doc["transformers_check"]["summary"]
+    unchecked = [i["message"] for i in doc["issues"] if i["level"] == "warning" and "may decide which layers" in i["message"]]
+    assert len(unchecked) == 1 and unchecked[0].startswith("num_hash_layers=3 ")
+    assert "the check's process failed" in unchecked[0]
+
+
+@pytest.mark.slow
 def test_the_cli_plans_the_same_with_and_without_transformers(sources, tmp_path):
     """The tool install simulated: the check's interpreter cannot import torch (-S)."""
     nosite = tmp_path / "python-without-site"

@@ -593,7 +593,7 @@ def checked_plan(plan, *, force: bool = False):
         plan, check = _cover_every_signature(plan, check)
     issues = list(plan.issues)
     if check.status == NOT_CHECKED:
-        issues += _unchecked_fields_issue(plan, check)
+        issues += unchecked_fields_issue(plan, check)
     if check.status == MISMATCH:
         message = f"{check.summary}: {check.problems[0]}" + (f" (and {len(check.problems) - 1} more)" if len(check.problems) > 1 else "")
         if force:
@@ -603,7 +603,7 @@ def checked_plan(plan, *, force: bool = False):
     return dataclasses.replace(plan, issues=issues, transformers_check=check)
 
 
-def _unchecked_fields_issue(plan, check) -> list:
+def unchecked_fields_issue(plan, check) -> list:
     """When the check did not run: the fields that may place layers by index and that no
     family rule re-derived (without the check nothing did), as one warning."""
     from ..plan.build import Issue, unchecked_index_fields
