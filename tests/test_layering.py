@@ -11,7 +11,7 @@ CORE = Path(__file__).resolve().parent.parent / "mxtrim_tui" / "core"
 # the pipeline, in order: a stage may import the ones before it
 STAGES = ["read", "model", "plan", "checks", "probe", "write", "validate"]
 # modules directly under core/, shared by every stage: they import no stage
-SHARED = {"errors", "units", "version", "interrupts", "child_process", "user_settings", "progress"}
+SHARED = {"errors", "units", "version", "interrupts", "child_process", "user_settings", "progress", "new_file"}
 
 
 def _package(path: Path) -> list[str]:

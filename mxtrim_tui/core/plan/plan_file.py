@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import InputError
+from ..new_file import write_new_file
 from ..read.source_pins import pin_differences, source_pins
 from ..units import DEFAULT_HASH, DEFAULT_MAX_SHARD_BYTES, HASHES
 from ..user_settings import state_dir
@@ -82,14 +83,10 @@ def _write_new(text: str, path: Path) -> None:
         raise InputError(path, "already exists; refusing to overwrite (choose another --save)")
     if not path.parent.is_dir():
         raise InputError(path.parent, "directory not found")
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
     try:
-        os.link(tmp, path)  # fails if the name appeared meanwhile: nothing is overwritten
-    except FileExistsError:
+        write_new_file(path, text.encode("utf-8"))
+    except FileExistsError:  # the name appeared meanwhile: nothing is overwritten
         raise InputError(path, "already exists; refusing to overwrite (choose another --save)") from None
-    finally:
-        tmp.unlink()
 
 
 def keep_plan_file(request: TrimRequest, plan) -> Path:

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import InputError
+from ..new_file import temporary_beside, write_bytes, write_new_file
 from ..version import mxtrim_version
 from .report import MTP_SPECULATIVE
 
@@ -484,29 +485,14 @@ def append_entries(config: Path, entries: list[Entry], *, skip_present: bool = F
     return result
 
 
-def _tmp(path: Path) -> Path:
-    return path.with_name(f".{path.name}.{os.getpid()}.tmp")
-
-
-def _write_synced(tmp: Path, data: bytes) -> None:
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-
-
 def _write_new(path: Path, data: bytes) -> None:
     """A new file at ``path``, never over one that appeared meanwhile."""
-    tmp = _tmp(path)
     try:
-        _write_synced(tmp, data)
-        os.link(tmp, path)
+        write_new_file(path, data, sync=True)
     except FileExistsError:
         raise InputError(path, "appeared while the entry was being written; nothing appended (run it again)") from None
     except OSError as exc:
         raise InputError(path, f"cannot be written ({exc.strerror or exc})") from None
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def _replace(path: Path, old: bytes, data: bytes) -> None:
@@ -514,9 +500,9 @@ def _replace(path: Path, old: bytes, data: bytes) -> None:
     with its permissions, then renamed over it, unless the file changed since it was read."""
     import shutil
 
-    tmp = _tmp(path)
+    tmp = temporary_beside(path)
     try:
-        _write_synced(tmp, data)
+        write_bytes(tmp, data, sync=True)
         shutil.copymode(path, tmp)
         with open(path, "rb") as fh:
             if fh.read(len(old) + 1) != old:
