@@ -1028,7 +1028,7 @@ class _SideBySideReport:
 
 def cmd_examples(args) -> int:
     from .core.user_settings import get_setting
-    from .core.validate.examples import SCHEMA, now_versions, scan, workspace_folder
+    from .core.validate.examples import SCHEMA, now_environment, scan, versions_of, workspace_folder
     from .core.probe.vllm_python import SETTING, VllmNotFound, absolute_interpreter, find_vllm_python
 
     folder = Path(os.path.abspath(workspace_folder(args.folder, Path.cwd())))
@@ -1042,9 +1042,9 @@ def cmd_examples(args) -> int:
             # no vLLM anywhere: nothing to compare the validations with (mxtrim's own
             # interpreter is not where they ran)
             note = "no vLLM environment found: drift not compared (name one: mxtrim examples --python PY)"
-    if python is not None:
-        now = now_versions(python)
-    examples = scan(folder, now, python=python)
+    environment = now_environment(python) if python is not None else None  # one start of that interpreter
+    now = versions_of(environment) if environment is not None else None
+    examples = scan(folder, now, environment=environment)
     if args.json:
         doc = {"schema": SCHEMA, "folder": str(folder),
                "environment_now": {"python_executable": python, "versions": now} | ({"note": note} if note else {}),

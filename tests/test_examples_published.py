@@ -173,6 +173,21 @@ def test_launch_script_settings_are_checked_against_the_vllm_environment(ws, tmp
     assert "VLLM_USE_V2_MODEL_RUNNER=0 (unknown to vLLM)" in rendered(folder, list(by.values()))
 
 
+def test_examples_asks_the_vllm_environment_once_for_its_versions_and_its_names(ws, tmp_path):
+    """`mxtrim examples` starts the vLLM interpreter once: the same record gives the versions
+    compared for drift and the folders whose envs files name the variables vLLM knows."""
+    python = fake_vllm_python(tmp_path / "old", ["VLLM_USE_V1"], None)
+    log = tmp_path / "starts.log"
+    counted = tmp_path / "python-counted"
+    counted.write_text(f'#!/bin/sh\necho started >> "{log}"\nexec "{python}" "$@"\n')
+    counted.chmod(0o755)
+    r = run_cli("examples", str(models(ws)), "--json", "--python", str(counted))
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert log.read_text().splitlines() == ["started"]
+    v4 = next(e for e in json.loads(r.stdout)["examples"] if e["name"] == V4_0731)
+    assert [(e["name"], e["known"]) for e in v4["env"]] == [("VLLM_USE_V2_MODEL_RUNNER", False), ("VLLM_METAX_USE_FP8_WO_A", None)]
+
+
 def hand_made(folder: Path, name: str, files: dict[str, str]) -> Path:
     path = folder / name
     path.mkdir(parents=True)

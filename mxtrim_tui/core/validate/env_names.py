@@ -1,6 +1,7 @@
 """The environment variable names a vLLM environment knows: the names vLLM's and vLLM-MetaX's
 ``envs`` modules define, read as text from the files that environment would import (found by
-``importlib.util.find_spec`` in that Python, which imports nothing of them).
+``importlib.util.find_spec`` in that Python, which imports nothing of them: the probe's
+``--versions`` record says where each package is).
 
 A launch script setting a ``VLLM_*`` / ``VLLM_METAX_*`` name that neither knows sets nothing: vLLM
 reads its settings by these names only.
@@ -8,9 +9,7 @@ reads its settings by these names only.
 
 from __future__ import annotations
 
-import json
 import re
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,20 +21,6 @@ VLLM_FAMILY = re.compile(r"(VLLM_|MACA_VLLM_)\w+")
 PACKAGES = ("vllm", "vllm_metax")
 _QUOTED_NAME = re.compile(r"""["']([A-Z][A-Z0-9_]{2,})["']""")
 _ENVS_LIMIT = 4 << 20
-# run in the vLLM Python with -I: where each package's files are, nothing of them imported
-_LOCATE = (
-    "import importlib.util as u, json\n"
-    "out = {}\n"
-    "for n in %r:\n"
-    "    try:\n"
-    "        s = u.find_spec(n)\n"
-    "    except Exception:\n"
-    "        s = None\n"
-    "    out[n] = list(s.submodule_search_locations or []) if s is not None else None\n"
-    "print(json.dumps(out))\n"
-) % (PACKAGES,)
-
-
 @dataclass(frozen=True)
 class KnownEnv:
     names: frozenset[str]
@@ -89,13 +74,18 @@ def known_from_locations(locations: dict[str, list[str] | None]) -> KnownEnv | N
     return KnownEnv(frozenset(names), {pkg: [str(p) for p in f] if f else None for pkg, f in files.items()})
 
 
-def known_env_names(python: str, timeout: float = 30.0) -> KnownEnv | None:
-    """The names ``python``'s vLLM and vLLM-MetaX know (None: no vLLM there, or it does not
-    answer)."""
-    try:
-        proc = subprocess.run([python, "-I", "-c", _LOCATE], capture_output=True, text=True, timeout=timeout,
-                              stdin=subprocess.DEVNULL)
-        locations = json.loads(proc.stdout.strip().splitlines()[-1])
-    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
-        return None
-    return known_from_locations(locations) if isinstance(locations, dict) else None
+def known_from_record(environment: dict | None) -> KnownEnv | None:
+    """KnownEnv of a vLLM environment from its probe record (``offline_probe.py --versions``,
+    which finds each package with ``importlib.util.find_spec`` and imports none): a package's
+    folder is the one its ``__init__.py`` is in. None: no record, or no vLLM in it."""
+    packages = (environment or {}).get("packages") or {}
+    locations: dict[str, list[str] | None] = {}
+    for pkg in PACKAGES:
+        origin = (packages.get(pkg) or {}).get("origin")
+        if not isinstance(origin, str):
+            locations[pkg] = None
+        elif Path(origin).name == "__init__.py":
+            locations[pkg] = [str(Path(origin).parent)]
+        else:  # a namespace package's first folder, or a single module (no envs beside it)
+            locations[pkg] = [origin] if Path(origin).is_dir() else None
+    return known_from_locations(locations)

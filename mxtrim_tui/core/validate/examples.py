@@ -32,7 +32,7 @@ from ..write.launch_text import (
     TEXT_LIMIT, env_settings, logical_lines, shell_blocks, stale_paths, tokenizer_state,
     workspace_root,
 )
-from .env_names import KnownEnv, known_env_names
+from .env_names import KnownEnv, known_from_record
 from .readme_facts import recorded_results, required_assets
 
 SCHEMA = "mxtrim.examples/1"
@@ -341,10 +341,13 @@ def is_mxtrim_output(path: Path) -> bool:
     return isinstance(_json(path / "mxtrim-plan.json"), dict)
 
 
-def scan(folder: Path, now: dict | None, python: str | None = None) -> list[Example]:
+def scan(folder: Path, now: dict | None, python: str | None = None, environment: dict | None = None) -> list[Example]:
     """Every model directory of ``folder``; ``python``: the vLLM environment whose variable
-    names a launch script's settings are checked against (None: not checked)."""
-    known = known_env_names(python) if python is not None else None
+    names a launch script's settings are checked against (None: not checked), or
+    ``environment``: its record, when the caller already asked it (:func:`now_environment`)."""
+    if environment is None and python is not None:
+        environment = now_environment(python)
+    known = known_from_record(environment)
     root = workspace_root(folder) or Path(folder)
     return [read_example(p, now, known, root) for p in model_dirs(folder)]
 
@@ -373,9 +376,9 @@ def example_details(ex: Example, script_lines: int = 3) -> dict:
             "model": model.get("name") if isinstance(model.get("name"), str) else None, "scripts": scripts}
 
 
-def now_versions(python: str, timeout: float = 60.0) -> dict | None:
-    """The versions of ``python``'s environment (python, vllm, vllm_metax, transformers,
-    torch, torch's build tag, MACA, driver), asked of it with the offline probe's --versions;
+def now_environment(python: str, timeout: float = 60.0) -> dict | None:
+    """``python``'s environment record, asked of it with the offline probe's --versions (its
+    packages' versions and folders, torch's build tag, MACA, driver; nothing of them imported);
     None when it does not answer."""
     import subprocess
 
@@ -384,6 +387,14 @@ def now_versions(python: str, timeout: float = 60.0) -> dict | None:
     try:
         proc = subprocess.run([python, "-I", str(OFFLINE_PROBE), "--versions"], capture_output=True, text=True, timeout=timeout,
                               stdin=subprocess.DEVNULL)
-        return versions_of(json.loads(proc.stdout.strip().splitlines()[-1]))
+        record = json.loads(proc.stdout.strip().splitlines()[-1])
     except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
         return None
+    return record if isinstance(record, dict) else None
+
+
+def now_versions(python: str, timeout: float = 60.0) -> dict | None:
+    """The versions of ``python``'s environment (python, vllm, vllm_metax, transformers,
+    torch, torch's build tag, MACA, driver); None when it does not answer."""
+    record = now_environment(python, timeout)
+    return versions_of(record) if record is not None else None
