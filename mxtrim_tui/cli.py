@@ -178,6 +178,8 @@ def _add_others(sub) -> None:
                     help="the share of a GPU's memory each server may use, in (0, 1] (default: the output's serve settings)")
     validation_args(va)
     va.add_argument("--tp", type=int, default=1, metavar="N", help="tensor parallel size (default 1)")
+    va.add_argument("--pp", type=int, default=1, metavar="N",
+                    help="pipeline parallel size (default 1); the server takes TP × PP GPUs")
     va.add_argument("--ep", "--enable-expert-parallel", dest="expert_parallel", action="store_true", default=None,
                     help="serve with expert parallelism (default: the output's serve settings)")
     va.add_argument("--max-model-len", type=int, metavar="N", help="context of the server (default: 256 on CPU, the output's serve settings on GPU)")
@@ -649,10 +651,11 @@ def _serve_options(args, out: Path, plan_doc: dict, vllm=None):
 
         probe = probe_gpus()
     serve = plan_doc.get("serve") or {}
-    tp = int(getattr(args, "tp", None) or serve.get("tp") or 1)  # trim's --tp is text, already checked
+    tp = int(getattr(args, "tp", None) or serve.get("tp") or 1)  # trim's --tp / --pp are text, already checked
+    pp = int(getattr(args, "pp", None) or serve.get("pp") or 1)
     from .core.validate.parallel import batch_pids
 
-    choice = choose_devices(args.device, probe, count=tp, gpus=args.gpus, neighbours=frozenset(batch_pids()))
+    choice = choose_devices(args.device, probe, count=tp * pp, gpus=args.gpus, neighbours=frozenset(batch_pids()))
     device = choice.device
     cpu = device == "cpu"
     if args.speculative and not plan_doc.get("mtp_kept"):
@@ -666,6 +669,7 @@ def _serve_options(args, out: Path, plan_doc: dict, vllm=None):
         device_note=choice.note,
         refused=choice.refused,
         tp=tp,
+        pp=pp,
         expert_parallel=bool(getattr(args, "expert_parallel", None) or serve.get("expert_parallel")),
         max_model_len=int(getattr(args, "max_model_len", None) or (256 if cpu else serve.get("max_model_len") or 4096)),
         gpu_memory_utilization=None if cpu else float(getattr(args, "gpu_memory_utilization", None)
@@ -949,7 +953,8 @@ def _validate_side_by_side(args, outputs: list[Path], rows: list, vllm, now: dic
             continue
         share = (args.gpu_memory_utilization or float(serve.get("gpu_memory_utilization") or DEFAULT_GPU_MEMORY_UTILIZATION)
                  if on_gpu else None)
-        jobs.append(Job(i, out, int(args.tp or serve.get("tp") or 1), share))
+        tp, pp = int(args.tp or serve.get("tp") or 1), int(args.pp or serve.get("pp") or 1)
+        jobs.append(Job(i, out, tp * pp, share, pp=pp))
     publish()
     report = _SideBySideReport(rows, publish, running, len(outputs))
     vendor = first.vendor if on_gpu else None
@@ -964,7 +969,7 @@ def _side_by_side_argv(args, python: str, job, vendor: str | None) -> list[str]:
     """The child ``mxtrim validate OUT`` of one output of a side-by-side batch: this batch's
     flags, with the GPUs and the share it was placed on."""
     argv = [sys.executable, "-m", "mxtrim_tui", "validate", str(job.output), "--python", python, "--json", "--progress",
-            "--timeout", f"{args.timeout:g}", "--tp", str(job.devices)]
+            "--timeout", f"{args.timeout:g}", "--tp", str(job.devices // job.pp), "--pp", str(job.pp)]
     if job.gpus:
         device = args.device if args.device != "auto" else ("maca" if vendor == "metax" else "cuda")
         argv += ["--device", device, "--gpus", ",".join(map(str, job.gpus)), "--gpu-memory-utilization", f"{job.share:g}"]

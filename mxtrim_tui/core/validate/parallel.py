@@ -2,7 +2,7 @@
 
 Each output is validated by a child ``mxtrim validate OUT --json --progress`` — the very run
 a serial batch makes, so its ``validation.json``, logs and README are what a serial run
-writes — placed on the GPUs it needs (TP devices) by the live occupancy:
+writes — placed on the GPUs it needs (TP × PP devices) by the live occupancy:
 
 * a GPU holding memory of a process this batch did not start is never used;
 * small outputs may share a GPU, each with its own utilisation share
@@ -66,9 +66,10 @@ def profiling_file(batch_dir: Path, gpu: int) -> Path:
 class Job:
     index: int
     output: Path
-    devices: int  # GPUs the server needs (TP)
+    devices: int  # GPUs the server needs (TP × PP)
     share: float | None  # its GPU memory utilisation (None: on the CPU)
     alone: bool = False  # run again alone after a failure beside a neighbour
+    pp: int = 1  # of its devices, the pipeline stages (TP = devices / PP)
     gpus: list[int] = field(default_factory=list)
     proc: subprocess.Popen | None = None
     profiling: bool = False  # inside its memory window (engine start to KV cache allocated)
@@ -342,7 +343,7 @@ class ParallelBatch:
         if (isinstance(doc, dict) and not job.alone and job.shared and code != 0
                 and any(NEIGHBOUR_FAILURE.search(t) for t in job.tail)):
             # it failed on memory beside a neighbour: not the output's failure; again, alone
-            retry = Job(job.index, job.output, job.devices, job.share, alone=True)
+            retry = Job(job.index, job.output, job.devices, job.share, alone=True, pp=job.pp)
             self.pending.insert(0, retry)
             self.on_done(job, doc, code, retried=True)
             return
