@@ -201,7 +201,7 @@ def run_suite(src: Path, work: Path, script_src: Path, plan) -> tuple[dict, tupl
         return [py, "-c", NAIVE, str(src), str(out), renames]
 
     def full(out, *extra):
-        return [py, "-m", "mxtrim_tui", "trim", str(src), "--mode", "weights", "--keep", keep, "--out", str(out), *extra]
+        return [py, "-m", "mxtrim_tui", "trim", str(src), "--mode", "weights", "--keep", "0,1", "--out", str(out), *extra]
 
     cache = tempfile.mkdtemp(prefix="mxtrim-bench-cache-")  # the checks' verdicts, for this run only
     remembered = {"XDG_CACHE_HOME": cache}
@@ -345,6 +345,8 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=LAYOUT["num_layers"],
                     help="--first-trim: the fixture's layers, all kept (each 0.44 GB beside the 2.15 GB of embedding and head)")
     args = ap.parse_args()
+    if (args.layers != LAYOUT["num_layers"] and not args.first_trim) or args.layers < 1:
+        ap.error("--layers N (at least 1) goes with --first-trim")
     BENCH.mkdir(exist_ok=True)
     if args.first_trim:
         first_trim(ensure_source(args.layers), WORK, args.layers)

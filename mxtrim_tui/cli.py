@@ -177,8 +177,8 @@ def _add_others(sub) -> None:
     va.add_argument("--gpu-memory-utilization", type=_share, metavar="F",
                     help="the share of a GPU's memory each server may use, in (0, 1] (default: the output's serve settings)")
     validation_args(va)
-    va.add_argument("--tp", type=int, default=1, metavar="N", help="tensor parallel size (default 1)")
-    va.add_argument("--pp", type=int, default=1, metavar="N",
+    va.add_argument("--tp", type=_ranks, default=1, metavar="N", help="tensor parallel size (default 1)")
+    va.add_argument("--pp", type=_ranks, default=1, metavar="N",
                     help="pipeline parallel size (default 1); the server takes TP × PP GPUs")
     va.add_argument("--ep", "--enable-expert-parallel", dest="expert_parallel", action="store_true", default=None,
                     help="serve with expert parallelism (default: the output's serve settings)")
@@ -600,6 +600,13 @@ def _jobs(text: str) -> int | None:
     raise argparse.ArgumentTypeError(f"{text!r} is not a number of servers (1, 2, …) or auto")
 
 
+def _ranks(text: str) -> int:
+    """``--tp`` / ``--pp`` of validate: a size of at least 1."""
+    if text.strip().isdigit() and int(text) >= 1:
+        return int(text)
+    raise argparse.ArgumentTypeError(f"{text!r} is not a parallel size (1, 2, …)")
+
+
 def _share(text: str) -> float:
     try:
         value = float(text)
@@ -890,7 +897,7 @@ def _reused_row(args, out: Path, vllm, now: dict | None, counter: str):
     if elsewhere:
         print(f"{counter} {out}: its last recorded run was made for {elsewhere} (copied or moved since): validated anew",
               file=sys.stderr, flush=True)
-    reason = batch.covers(earlier, vllm.python, now, serve, args.equivalence, args.speculative, out)
+    reason = batch.covers(earlier, vllm.python, now, serve, args.equivalence, args.speculative, out, parallel=(args.tp, args.pp))
     if reason:
         print(f"{counter} {out}: {reason}", file=sys.stderr, flush=True)
         return batch.row_for_run(out, earlier, batch.REUSED, reason)

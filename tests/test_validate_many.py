@@ -161,6 +161,12 @@ def test_an_earlier_run_is_reused_only_for_the_same_interpreter_versions_and_che
     assert covers(offline, "/v/bin/python", now, serve=False, equivalence=False, speculative=False)
     assert covers(None, "/v/bin/python", now, serve=False, equivalence=False, speculative=False) is None
     assert covers(served, "/v/bin/python", None, serve=False, equivalence=False, speculative=False) is None
+    # a server asked for at other parallel sizes than the run's (TP 1, PP 1 when not recorded)
+    assert covers(served, "/v/bin/python", now, serve=True, equivalence=False, speculative=False, parallel=(1, 2)) is None
+    on_two = {**served, "settings": {"tp": 1, "pp": 2}}
+    assert covers(on_two, "/v/bin/python", now, serve=True, equivalence=False, speculative=False, parallel=(1, 2))
+    assert covers(on_two, "/v/bin/python", now, serve=True, equivalence=False, speculative=False) is None
+    assert covers(on_two, "/v/bin/python", now, serve=False, equivalence=False, speculative=False)  # offline: no server
 
 
 @needs_vllm

@@ -244,8 +244,8 @@ def test_a_share_too_large_to_share_runs_one_server_per_gpu_in_turn(built, gpus,
 
 def test_pipeline_parallel_servers_take_tp_times_pp_gpus_free_of_others(built, gpus, tmp_path):
     """``--pp 2``: each server needs two GPUs. With GPU 0 holding another's memory there is one
-    free GPU, so the batch refuses and starts nothing; with three free GPUs each server gets two
-    of them and is served with TP 1 and PP 2, one after the other (two pairs do not fit)."""
+    free GPU, so the batch refuses and starts nothing; with three more GPUs free each server
+    gets two of them, never GPU 0, and is served with TP 1 and PP 2."""
     state, other = gpus
     models = shutil.copytree(built["models"], tmp_path / "models")
     shutil.rmtree(models / "c-llama")
@@ -254,13 +254,15 @@ def test_pipeline_parallel_servers_take_tp_times_pp_gpus_free_of_others(built, g
     assert [row["state"] for row in doc["rows"]] == ["refused", "refused"] and not events(state)
     assert "1 GPU(s) free of other processes' memory, 2 needed" in doc["rows"][0]["note"]
 
-    (state / "gpus.json").write_text(json.dumps([{"total": 140 * GIB, "processes": []}] * 3))
+    held = json.loads((state / "gpus.json").read_text())[0]
+    (state / "gpus.json").write_text(json.dumps([held] + [{"total": 140 * GIB, "processes": []}] * 3))
     r = batch(built, state, models, "--jobs", "auto", "--pp", "2", "--gpu-memory-utilization", "0.3")
     doc = json.loads(r.stdout)
     assert [row["state"] for row in doc["rows"]] == ["validated"] * 2, r.stderr[-3000:]
     for row in doc["rows"]:
         run = last_run(Path(row["output"]))
-        assert run["settings"]["tp"] == 1 and run["settings"]["pp"] == 2 and len(run["settings"]["gpus"].split(",")) == 2
+        gpus = run["settings"]["gpus"].split(",")
+        assert run["settings"]["tp"] == 1 and run["settings"]["pp"] == 2 and len(gpus) == 2 and "0" not in gpus
         assert "--pipeline-parallel-size 2" in " ".join(run["serve_command"])
 
 

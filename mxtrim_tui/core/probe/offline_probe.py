@@ -54,10 +54,11 @@ def package(module, dists):
         spec = importlib.util.find_spec(module)
     except (ImportError, ValueError):
         spec = None
-    origin = None
+    origin, locations = None, None
     if spec is not None:
-        origin = spec.origin if spec.origin not in (None, "namespace") else (list(spec.submodule_search_locations or []) or [None])[0]
-    return {"version": version, "origin": origin}
+        locations = list(spec.submodule_search_locations or []) or None  # a package's folders
+        origin = spec.origin if spec.origin not in (None, "namespace") else (locations or [None])[0]
+    return {"version": version, "origin": origin, "locations": locations}
 
 
 def check(name, fn):

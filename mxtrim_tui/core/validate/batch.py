@@ -65,9 +65,10 @@ def recorded_elsewhere(run: dict | None, out: Path) -> str | None:
 
 
 def covers(run: dict | None, python: str, now: dict | None, serve: bool, equivalence: bool, speculative: bool,
-           out: Path | None = None) -> str | None:
+           out: Path | None = None, parallel: tuple[int, int] = (1, 1)) -> str | None:
     """Why ``run`` already answers this request (None: it does not): made for this very folder
-    (``out``), by the same interpreter and versions, and every check asked for was executed then."""
+    (``out``), by the same interpreter and versions, every check asked for executed then, and a
+    server asked for served with the same ``parallel`` sizes (TP, PP)."""
     if run is None or now is None or run.get("python") != python:
         return None
     if out is not None and recorded_elsewhere(run, out):
@@ -79,7 +80,10 @@ def covers(run: dict | None, python: str, now: dict | None, serve: bool, equival
     asked = [(serve, START_UP), (equivalence, EQUIVALENCE), (speculative, SPECULATIVE)]
     if any(wanted and _row_status(run, check) not in executed for wanted, check in asked):
         return None
-    if speculative and not (run.get("settings") or {}).get("speculative"):
+    settings = run.get("settings") or {}
+    if speculative and not settings.get("speculative"):
+        return None
+    if (serve or equivalence or speculative) and (settings.get("tp") or 1, settings.get("pp") or 1) != tuple(parallel):
         return None
     return f"validated {run.get('started')} with these versions; --again runs it anew"
 

@@ -21,6 +21,8 @@ VLLM_FAMILY = re.compile(r"(VLLM_|MACA_VLLM_)\w+")
 PACKAGES = ("vllm", "vllm_metax")
 _QUOTED_NAME = re.compile(r"""["']([A-Z][A-Z0-9_]{2,})["']""")
 _ENVS_LIMIT = 4 << 20
+
+
 @dataclass(frozen=True)
 class KnownEnv:
     names: frozenset[str]
@@ -76,16 +78,13 @@ def known_from_locations(locations: dict[str, list[str] | None]) -> KnownEnv | N
 
 def known_from_record(environment: dict | None) -> KnownEnv | None:
     """KnownEnv of a vLLM environment from its probe record (``offline_probe.py --versions``,
-    which finds each package with ``importlib.util.find_spec`` and imports none): a package's
-    folder is the one its ``__init__.py`` is in. None: no record, or no vLLM in it."""
-    packages = (environment or {}).get("packages") or {}
+    which finds each package with ``importlib.util.find_spec`` and imports none): each
+    package's folders. None: no record, or no vLLM in it."""
+    packages = (environment or {}).get("packages")
+    packages = packages if isinstance(packages, dict) else {}
     locations: dict[str, list[str] | None] = {}
     for pkg in PACKAGES:
-        origin = (packages.get(pkg) or {}).get("origin")
-        if not isinstance(origin, str):
-            locations[pkg] = None
-        elif Path(origin).name == "__init__.py":
-            locations[pkg] = [str(Path(origin).parent)]
-        else:  # a namespace package's first folder, or a single module (no envs beside it)
-            locations[pkg] = [origin] if Path(origin).is_dir() else None
+        record = packages.get(pkg) if isinstance(packages.get(pkg), dict) else {}
+        found = record.get("locations")
+        locations[pkg] = [str(x) for x in found] if isinstance(found, list) and found else None
     return known_from_locations(locations)

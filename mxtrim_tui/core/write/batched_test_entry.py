@@ -500,7 +500,10 @@ def _replace(path: Path, old: bytes, data: bytes) -> None:
     with its permissions, then renamed over it, unless the file changed since it was read."""
     import shutil
 
-    tmp = temporary_beside(path)
+    try:
+        tmp = temporary_beside(path)
+    except OSError as exc:
+        raise InputError(path, f"cannot be written ({exc.strerror or exc})") from None
     try:
         write_bytes(tmp, data, sync=True)
         shutil.copymode(path, tmp)
