@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from fixtures import tiny_models as tm  # noqa: E402
+from mxtrim_tui.core.validate.examples import last_run  # noqa: E402
 
 MODELS = {
     "llama": lambda p: tm.make_servable_llama(p, layers=4),
@@ -106,9 +107,13 @@ def run_phase(args, models: Path, phase: str) -> None:
     jobs = {"parallel": ["--jobs", "auto"], "starting": ["--jobs", "auto", "--starting", args.starting], "serial": ["--jobs", "1"]}[phase]
     env = None if args.shared_caches else fresh_caches(args.work / "caches" / phase)
     wall, matrix, err = batch(models, args.share, args.timeout, jobs, env)
-    runs = {name: json.loads((models / name / "validation.json").read_text())["runs"][-1] for name in MODELS}
+    runs = {name: last_run(models / name) for name in MODELS}
     (args.work / f"{phase_file(phase, args.starting)}.json").write_text(json.dumps({"wall": wall, "matrix": matrix, "stderr": err, "runs": runs, "argv": jobs}))
     print(f"{phase}: {wall:.1f} s")
+
+
+def startup(run: dict) -> str:
+    return next((r["detail"] for r in run["rows"] if r["check"] == "start-up"), "")
 
 
 def compare(serial_runs: dict, other_runs: dict) -> list[dict]:
@@ -116,12 +121,10 @@ def compare(serial_runs: dict, other_runs: dict) -> list[dict]:
     for name in MODELS:
         a, b = serial_runs[name], other_runs[name]
         ka, kb = kv_tokens(a), kv_tokens(b)
-        rows.append({"output": name, "serial_ok": a.get("ok"), "other_ok": b.get("ok"),
-                     "same_verdicts": verdicts(a) == verdicts(b), "kv_serial": ka, "kv_other": kb,
-                     "kv_ratio": round(kb / ka, 4) if ka and kb else None,
-                     "startup_serial": next((r["detail"] for r in a["rows"] if r["check"] == "start-up"), ""),
-                     "startup_other": next((r["detail"] for r in b["rows"] if r["check"] == "start-up"), ""),
-                     "verdicts_serial": verdicts(a), "verdicts_other": verdicts(b)})
+        va, vb = verdicts(a), verdicts(b)
+        rows.append({"output": name, "serial_ok": a.get("ok"), "other_ok": b.get("ok"), "same_verdicts": va == vb,
+                     "kv_serial": ka, "kv_other": kb, "kv_ratio": round(kb / ka, 4) if ka and kb else None,
+                     "startup_serial": startup(a), "startup_other": startup(b), "verdicts_serial": va, "verdicts_other": vb})
     return rows
 
 
@@ -136,10 +139,11 @@ def main() -> int:
                     help="run one part (each keeps its result in WORKDIR), or all of them in the order "
                     + ", ".join(PHASES) + ", then the report")
     args = ap.parse_args()
-    models = build(args.work) if args.phase != "report" else args.work / "models"
-    for phase in PHASES:
-        if args.phase in (phase, "all"):
-            run_phase(args, models, phase)
+    if args.phase != "report":
+        models = build(args.work)
+        for phase in PHASES:
+            if args.phase in (phase, "all"):
+                run_phase(args, models, phase)
     if args.phase not in ("report", "all"):
         return 0
     stems = ["serial", "parallel", *sorted(p.stem for p in args.work.glob("starting*.json"))]

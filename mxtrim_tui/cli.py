@@ -591,20 +591,23 @@ def _progress_printer():
 MAX_SHARD_LIMIT = 10**12
 
 
+def _count(text: str, what: str) -> int:
+    """A whole number of at least 1, else the usage error naming ``what`` it should be."""
+    if text.strip().isdigit() and int(text) >= 1:
+        return int(text)
+    raise argparse.ArgumentTypeError(f"{text!r} is not {what}")
+
+
 def _jobs(text: str) -> int | None:
     """``--jobs``: a count, or ``auto`` (None: as many as the GPUs take)."""
     if text.strip().lower() == "auto":
         return None
-    if text.strip().isdigit() and int(text) >= 1:
-        return int(text)
-    raise argparse.ArgumentTypeError(f"{text!r} is not a number of servers (1, 2, …) or auto")
+    return _count(text, "a number of servers (1, 2, …) or auto")
 
 
 def _ranks(text: str) -> int:
     """``--tp`` / ``--pp`` of validate: a size of at least 1."""
-    if text.strip().isdigit() and int(text) >= 1:
-        return int(text)
-    raise argparse.ArgumentTypeError(f"{text!r} is not a parallel size (1, 2, …)")
+    return _count(text, "a parallel size (1, 2, …)")
 
 
 def _share(text: str) -> float:
@@ -658,8 +661,7 @@ def _serve_options(args, out: Path, plan_doc: dict, vllm=None):
 
         probe = probe_gpus()
     serve = plan_doc.get("serve") or {}
-    tp = int(getattr(args, "tp", None) or serve.get("tp") or 1)  # trim's --tp / --pp are text, already checked
-    pp = int(getattr(args, "pp", None) or serve.get("pp") or 1)
+    tp, pp = _parallel_sizes(args, serve)
     from .core.validate.parallel import batch_pids
 
     choice = choose_devices(args.device, probe, count=tp * pp, gpus=args.gpus, neighbours=frozenset(batch_pids()))
@@ -690,6 +692,12 @@ def _serve_options(args, out: Path, plan_doc: dict, vllm=None):
         startup_timeout=args.timeout,
         gpu_total_bytes=_chosen_gpu_memory(probe, choice.gpus) if not cpu else None,
     )
+
+
+def _parallel_sizes(args, serve: dict) -> tuple[int, int]:
+    """(TP, PP) a server of this output runs at: the flags' (trim's are text, already checked),
+    else the output's serve settings, else 1."""
+    return tuple(int(getattr(args, key, None) or serve.get(key) or 1) for key in ("tp", "pp"))
 
 
 def _chosen_gpu_memory(probe, gpus: str | None) -> int | None:
@@ -960,8 +968,8 @@ def _validate_side_by_side(args, outputs: list[Path], rows: list, vllm, now: dic
             continue
         share = (args.gpu_memory_utilization or float(serve.get("gpu_memory_utilization") or DEFAULT_GPU_MEMORY_UTILIZATION)
                  if on_gpu else None)
-        tp, pp = int(args.tp or serve.get("tp") or 1), int(args.pp or serve.get("pp") or 1)
-        jobs.append(Job(i, out, tp * pp, share, pp=pp))
+        tp, pp = _parallel_sizes(args, serve)
+        jobs.append(Job(i, out, tp, share, pp=pp))
     publish()
     report = _SideBySideReport(rows, publish, running, len(outputs))
     vendor = first.vendor if on_gpu else None
@@ -976,7 +984,7 @@ def _side_by_side_argv(args, python: str, job, vendor: str | None) -> list[str]:
     """The child ``mxtrim validate OUT`` of one output of a side-by-side batch: this batch's
     flags, with the GPUs and the share it was placed on."""
     argv = [sys.executable, "-m", "mxtrim_tui", "validate", str(job.output), "--python", python, "--json", "--progress",
-            "--timeout", f"{args.timeout:g}", "--tp", str(job.devices // job.pp), "--pp", str(job.pp)]
+            "--timeout", f"{args.timeout:g}", "--tp", str(job.tp), "--pp", str(job.pp)]
     if job.gpus:
         device = args.device if args.device != "auto" else ("maca" if vendor == "metax" else "cuda")
         argv += ["--device", device, "--gpus", ",".join(map(str, job.gpus)), "--gpu-memory-utilization", f"{job.share:g}"]
@@ -1046,7 +1054,7 @@ def cmd_examples(args) -> int:
     folder = Path(os.path.abspath(workspace_folder(args.folder, Path.cwd())))
     if not folder.is_dir():
         raise InputError(folder, "no such folder of models (give one: mxtrim examples FOLDER)")
-    python, now, note = absolute_interpreter(args.python) if args.python is not None else None, None, None
+    python, note = absolute_interpreter(args.python) if args.python is not None else None, None
     if python is None:
         try:
             python = find_vllm_python(None, get_setting(SETTING)).python

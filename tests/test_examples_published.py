@@ -20,7 +20,7 @@ import pytest
 from rich.console import Console
 
 from engine_support import plan_for, run_cli
-from mxtrim_tui.core.validate.examples import scan
+from mxtrim_tui.core.validate.examples import now_environment, scan
 BACKEND_ERROR = "Couldn't instantiate the backend tokenizer"  # what vLLM says (transformers raises it)
 from mxtrim_tui.demo.build import build_demo
 
@@ -157,14 +157,14 @@ def test_launch_script_settings_are_checked_against_the_vllm_environment(ws, tmp
     folder = models(ws)
     # vLLM and vLLM-MetaX that know both names the published script sets: nothing flagged
     python = fake_vllm_python(tmp_path / "both", ["VLLM_USE_V2_MODEL_RUNNER", "CUDA_VISIBLE_DEVICES"], ["VLLM_METAX_USE_FP8_WO_A"])
-    v4 = {e.name: e for e in scan(folder, None, python=python)}[V4_0731]
+    v4 = {e.name: e for e in scan(folder, None, environment=now_environment(python))}[V4_0731]
     assert [(e["name"], e["known"]) for e in v4.env] == [("VLLM_USE_V2_MODEL_RUNNER", True), ("VLLM_METAX_USE_FP8_WO_A", True)]
     assert not any("sets " in p for p in v4.problems)
 
     # a vLLM that no longer knows the runner switch, with no vLLM-MetaX: the vLLM name is flagged,
     # the VLLM_METAX_ one cannot be judged (not flagged), other programs' names never are
     python = fake_vllm_python(tmp_path / "old", ["VLLM_USE_V1"], None)
-    by = {e.name: e for e in scan(folder, None, python=python)}
+    by = {e.name: e for e in scan(folder, None, environment=now_environment(python))}
     v4 = by[V4_0731]
     assert [(e["name"], e["known"]) for e in v4.env] == [("VLLM_USE_V2_MODEL_RUNNER", False), ("VLLM_METAX_USE_FP8_WO_A", None)]
     assert ("run_serve2.sh: sets VLLM_USE_V2_MODEL_RUNNER=0, a name the vLLM environment now does not know (not in vllm's "

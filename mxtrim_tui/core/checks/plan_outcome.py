@@ -141,13 +141,11 @@ class PlanCheck:
             child = self.child
             outcome = child.receive(interrupt=interrupt) if self.sent else None
             if outcome is None:
-                from .transformers_plan import unchecked_fields_issue
+                from .transformers_plan import plan_with_check
 
                 failed = TransformersCheck(NOT_CHECKED, f"the check's process failed ({child.last_words()})",
                                            judge=judge_record(child.judge))
-                # what a check that could not import transformers says, said here too
-                issues = list(plan.issues) + unchecked_fields_issue(plan, failed)
-                self._checked = dataclasses.replace(plan, transformers_check=failed, issues=issues)
+                self._checked = plan_with_check(plan, failed)
                 return self._checked
             judge = judge_record(child.judge, outcome.pop("judge", None))
         else:

@@ -591,9 +591,19 @@ def checked_plan(plan, *, force: bool = False):
                 return dataclasses.replace(widened, auto=auto, issues=widened.issues + [note], transformers_check=wcheck)
     if check.status == EXACT and plan.auto.get("text"):
         plan, check = _cover_every_signature(plan, check)
+    return plan_with_check(plan, check, force)
+
+
+def plan_with_check(plan, check, force: bool = False):
+    """``plan`` carrying ``check``, with what its verdict adds to the issues: the index fields
+    nothing checked when it did not run, the mismatch (an error, a warning with ``force``)."""
+    import dataclasses
+
+    from ..plan.build import Issue
+
     issues = list(plan.issues)
     if check.status == NOT_CHECKED:
-        issues += unchecked_fields_issue(plan, check)
+        issues += _unchecked_fields_issue(plan, check)
     if check.status == MISMATCH:
         message = f"{check.summary}: {check.problems[0]}" + (f" (and {len(check.problems) - 1} more)" if len(check.problems) > 1 else "")
         if force:
@@ -603,7 +613,7 @@ def checked_plan(plan, *, force: bool = False):
     return dataclasses.replace(plan, issues=issues, transformers_check=check)
 
 
-def unchecked_fields_issue(plan, check) -> list:
+def _unchecked_fields_issue(plan, check) -> list:
     """When the check did not run: the fields that may place layers by index and that no
     family rule re-derived (without the check nothing did), as one warning."""
     from ..plan.build import Issue, unchecked_index_fields

@@ -341,12 +341,10 @@ def is_mxtrim_output(path: Path) -> bool:
     return isinstance(_json(path / "mxtrim-plan.json"), dict)
 
 
-def scan(folder: Path, now: dict | None, python: str | None = None, environment: dict | None = None) -> list[Example]:
-    """Every model directory of ``folder``; ``python``: the vLLM environment whose variable
-    names a launch script's settings are checked against (None: not checked), or
-    ``environment``: its record, when the caller already asked it (:func:`now_environment`)."""
-    if environment is None and python is not None:
-        environment = now_environment(python)
+def scan(folder: Path, now: dict | None, environment: dict | None = None) -> list[Example]:
+    """Every model directory of ``folder``; ``environment``: the record of the vLLM environment
+    (:func:`now_environment`) whose variable names a launch script's settings are checked
+    against (None: not checked)."""
     known = known_from_record(environment)
     root = workspace_root(folder) or Path(folder)
     return [read_example(p, now, known, root) for p in model_dirs(folder)]

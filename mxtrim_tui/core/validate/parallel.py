@@ -66,10 +66,10 @@ def profiling_file(batch_dir: Path, gpu: int) -> Path:
 class Job:
     index: int
     output: Path
-    devices: int  # GPUs the server needs (TP × PP)
+    tp: int  # tensor parallel size
     share: float | None  # its GPU memory utilisation (None: on the CPU)
     alone: bool = False  # run again alone after a failure beside a neighbour
-    pp: int = 1  # of its devices, the pipeline stages (TP = devices / PP)
+    pp: int = 1  # pipeline parallel size
     gpus: list[int] = field(default_factory=list)
     proc: subprocess.Popen | None = None
     profiling: bool = False  # inside its memory window (engine start to KV cache allocated)
@@ -78,6 +78,11 @@ class Job:
     shared: bool = False  # another of ours ran on one of its GPUs beside it
     stdout: list[str] = field(default_factory=list)
     tail: deque = field(default_factory=lambda: deque(maxlen=40))  # its last lines: server log, errors
+
+    @property
+    def devices(self) -> int:
+        """GPUs the server needs: TP × PP."""
+        return self.tp * self.pp
 
 
 @dataclass
@@ -152,7 +157,8 @@ def _tree(pid: int) -> set[int]:
 
 class ParallelBatch:
     """Runs ``jobs`` through ``argv_for(job)`` children, at most ``limit`` at once (None: as
-    many as the GPUs take), at most ``starting`` of them in their CPU start-up (None: any). ``probe()`` gives a live GpuProbe (None or unavailable: the CPU).
+    many as the GPUs take), at most ``starting`` of them in their CPU start-up (None: any).
+    ``probe()`` gives a live GpuProbe (None or unavailable: the CPU).
     ``on_start(job)``, ``on_done(job, doc, returncode, retried)``, ``on_refused(job, why)`` and
     ``on_pause(job, paused)`` report."""
 
@@ -323,7 +329,8 @@ class ParallelBatch:
             job.tail.append(text)
             if ENGINE_STARTING.search(text):
                 if not job.engine:
-                    job.engine, self._moved = True, True  # its start-up is over: the next may start
+                    job.engine = True  # its start-up is over: under --starting, the next may start
+                    self._moved = self._moved or self.starting is not None
                 if job.gpus:
                     self._engine_starting(job)
             elif job.profiling and KV_READY.search(text):
@@ -343,7 +350,7 @@ class ParallelBatch:
         if (isinstance(doc, dict) and not job.alone and job.shared and code != 0
                 and any(NEIGHBOUR_FAILURE.search(t) for t in job.tail)):
             # it failed on memory beside a neighbour: not the output's failure; again, alone
-            retry = Job(job.index, job.output, job.devices, job.share, alone=True, pp=job.pp)
+            retry = Job(job.index, job.output, job.tp, job.share, alone=True, pp=job.pp)
             self.pending.insert(0, retry)
             self.on_done(job, doc, code, retried=True)
             return

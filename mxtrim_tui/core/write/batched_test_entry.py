@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import InputError
-from ..new_file import temporary_beside, write_bytes, write_new_file
+from ..new_file import write_beside, write_new_file
 from ..version import mxtrim_version
 from .report import MTP_SPECULATIVE
 
@@ -500,12 +500,9 @@ def _replace(path: Path, old: bytes, data: bytes) -> None:
     with its permissions, then renamed over it, unless the file changed since it was read."""
     import shutil
 
+    tmp = None
     try:
-        tmp = temporary_beside(path)
-    except OSError as exc:
-        raise InputError(path, f"cannot be written ({exc.strerror or exc})") from None
-    try:
-        write_bytes(tmp, data, sync=True)
+        tmp = write_beside(path, data, sync=True)
         shutil.copymode(path, tmp)
         with open(path, "rb") as fh:
             if fh.read(len(old) + 1) != old:
@@ -514,4 +511,5 @@ def _replace(path: Path, old: bytes, data: bytes) -> None:
     except OSError as exc:
         raise InputError(path, f"cannot be written ({exc.strerror or exc})") from None
     finally:
-        tmp.unlink(missing_ok=True)
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)
