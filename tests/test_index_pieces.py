@@ -40,15 +40,8 @@ def _outcome(root):
 
 def _both_ways(root, monkeypatch):
     """(outcome with the piecewise check, outcome without it, what the piecewise check said)."""
-    said = []
-    real = source._index_agrees_with_shards
-
-    def spy(*args):
-        said.append(real(*args))
-        return said[-1]
-
     with monkeypatch.context() as m:
-        m.setattr(source, "_index_agrees_with_shards", spy)
+        said = _spy(m, "_index_agrees_with_shards")
         with_pieces = _outcome(root)
     with monkeypatch.context() as m:
         m.setattr(source, "_index_agrees_with_shards", lambda *args: None)

@@ -1047,7 +1047,7 @@ def _layer_runs(names: list[str], match, nested: bool, plain: bool = False):
         # when the last line is the held-th name (another line in between would make the
         # last line a later name).
         held = text.count(needle, pos, end)
-        if last < pos or not held or not (_ends_with_line(text, end, names[start + held - 1]) if plain
+        if last < pos or not (_ends_with_line(text, end, names[start + held - 1]) if plain
                                           else sum(map(len, names[start : start + held])) + held == end - pos):
             prefix, idx_s, _, stop = next(_layer_runs_by_name(names, match, start, n))
             yield prefix, idx_s, start, stop
@@ -1137,16 +1137,15 @@ class _Analysed:
         self.shapes = shapes
         self.result = result
 
-    def fits(self, columns: _Columns) -> bool:
-        names = columns.names
-        if len(names) != len(self.rests) or columns.dtypes != self.dtypes or columns.shapes != self.shapes:
+    def fits(self, names: list[str], cut: int, dtypes: list[str], shapes: list) -> bool:
+        if len(names) != len(self.rests) or dtypes != self.dtypes or shapes != self.shapes:
             return False
         if not names:  # layers a config-only directory declares
             return True
         # Every name starts with its layer's "<prefix><i>."; the names are the rests with
         # that lead in front exactly when the two spellings below agree, one name per line
         # (two C-level joins and one comparison; no string per name).
-        lead = names[0][: columns.cut]
+        lead = names[0][:cut]
         lines = "\n".join(names)
         if self.single_lines and lines.count("\n") == len(names) - 1:
             return lines == lead + ("\n" + lead).join(self.rests)
@@ -1155,10 +1154,10 @@ class _Analysed:
 
 def _make_layer(fam, stack, cfg, sub, index, stored, prefix, columns: _Columns, quantized, memo: list, absent_dtypes=None) -> Layer:
     """``absent_dtypes``: (unquantized, quantized) dtypes estimated for tensors only the index names."""
-    analysed = next((a.result for a in memo if a.fits(columns)), None)
+    dtype_column, shape_column = columns.dtypes, columns.shapes  # each sliced from the headers once
+    analysed = next((a.result for a in memo if a.fits(columns.names, columns.cut, dtype_column, shape_column)), None)
     if analysed is None:
         rests = tuple(map(itemgetter(slice(columns.cut, None)), columns.names))
-        dtype_column, shape_column = columns.dtypes, columns.shapes  # each sliced from the headers once
         dtypes = tuple(dtype_column)
         shapes = tuple(map(tuple, shape_column))
         sizes = list(map(minus, columns.ends, columns.begins))
@@ -1173,7 +1172,7 @@ def _make_layer(fam, stack, cfg, sub, index, stored, prefix, columns: _Columns, 
         memo.append(_Analysed(rests, dtype_column, shape_column, analysed))
     t_att, t_mlp, t_exp, special, weight_dtypes, scales, unquant, nbytes, dtype_bytes = analysed
     dtype_bytes = dict(dtype_bytes)
-    absent = columns.dtypes.count(ABSENT_DTYPE) if ABSENT_DTYPE in dtype_bytes else 0
+    absent = dtype_column.count(ABSENT_DTYPE) if ABSENT_DTYPE in dtype_bytes else 0
     dtype_bytes.pop(ABSENT_DTYPE, None)
     if sub == "mtp" and fam.mtp is not None:
         r_att = fam.mtp.attention(cfg, index) if fam.mtp.attention else None

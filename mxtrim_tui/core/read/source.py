@@ -570,10 +570,10 @@ def _may_be_shard(entry) -> bool:
         return True
 
 
-def _read_top_level_shards(root: Path) -> tuple[dict[str, SafetensorsHeader | InputError], set[str] | None]:
+def _read_top_level_shards(root: Path) -> tuple[dict[str, SafetensorsHeader | InputError], bool]:
     """Every ``*.safetensors`` file at the top of the directory (symlinks followed), sorted by
-    name: its validated header, or the error reading it gave; and the set of every name the
-    headers hold when no name is given twice, in one header or across them (else None).
+    name: its validated header, or the error reading it gave; and whether no name is given
+    twice, in one header or across them.
     Errors are kept, not raised: a file the index does not name is never an error (loaders
     ignore it); without an index, the first one is raised.
 
@@ -584,28 +584,29 @@ def _read_top_level_shards(root: Path) -> tuple[dict[str, SafetensorsHeader | In
     with os.scandir(root) as listing:
         files = sorted(e.name for e in listing if e.name.endswith(".safetensors") and _may_be_shard(e))
     top = str(root)  # paths as text: a header makes its Path only when asked for it
-    headers = {rel: _read_or_error(os.path.join(top, rel), names_checked_here=True) for rel in files}
+    headers = {rel: _read_or_error(os.path.join(top, rel), names_checked_by_caller=True) for rel in files}
     read = [h.names for h in headers.values() if type(h) is SafetensorsHeader]
     every_name = set().union(*read)
     if len(every_name) == sum(map(len, read)) and "__metadata__" not in every_name:
-        return headers, every_name
+        return headers, True
     for rel, h in headers.items():
         if type(h) is SafetensorsHeader and ("__metadata__" in h.names or len(set(h.names)) != len(h.names)):
-            headers[rel] = _read_or_error(os.path.join(top, rel), names_checked_here=False)
-    return headers, None
+            headers[rel] = _read_or_error(os.path.join(top, rel), names_checked_by_caller=False)
+    return headers, False
 
 
-def _read_or_error(path: str, names_checked_here: bool) -> SafetensorsHeader | InputError:
+def _read_or_error(path: str, names_checked_by_caller: bool) -> SafetensorsHeader | InputError:
     try:
-        return read_header(path, names_checked_here)
+        return read_header(path, names_checked_by_caller)
     except InputError as exc:
         return exc
 
 
-def _read_indexed_shards(root: Path, index_path: Path, at_top: dict, every_name: set | None = None):
+def _read_indexed_shards(root: Path, index_path: Path, at_top: dict, names_unique: bool):
     """``(headers of the shards on disk, absent shards, the index's warnings, its total_size)``
     for the shards the index names, checked against it. ``at_top``: what
-    :func:`_read_top_level_shards` read (reused, never re-read).
+    :func:`_read_top_level_shards` read (reused, never re-read); ``names_unique``: no name is
+    given twice in them, as it found.
 
     The usual case is settled by :func:`_index_agrees_with_shards`, which reads the index in
     pieces. Anything it does not vouch for goes the long way: the whole index parsed, its
@@ -615,7 +616,7 @@ def _read_indexed_shards(root: Path, index_path: Path, at_top: dict, every_name:
     popping cleanly and only absent shards' names left over means the map and the shards
     hold the same names; otherwise _verify_index works out the details from a fresh copy of
     the index."""
-    agreed = _index_agrees_with_shards(index_path, at_top, every_name)
+    agreed = _index_agrees_with_shards(index_path, at_top, names_unique)
     if agreed is not None:
         index_outside_map, shards = agreed
         warnings, total = _total_size_check(index_path, index_outside_map, shards, {})
@@ -674,7 +675,7 @@ _JSON_WHITESPACE_BYTES = JSON_WHITESPACE.encode()
 _MAP_FLAGS = (mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)) if hasattr(mmap, "MAP_SHARED") else None
 
 
-def _index_agrees_with_shards(index_path: Path, at_top: dict, every_name: set | None = None):
+def _index_agrees_with_shards(index_path: Path, at_top: dict, names_unique: bool):
     """``(the index without its weight-map entries, the shards it names)`` when the index's
     weight map names exactly the tensors of the top-level shards it refers to, each in the
     shard that holds it; None when that is not certain, and the long way decides.
@@ -692,8 +693,8 @@ def _index_agrees_with_shards(index_path: Path, at_top: dict, every_name: set | 
     opened (no escapes there to spell another); each piece but the last ends in a comma and
     holds at least one pair, so the pieces join into one valid body; every name must pop
     from the shards' names with its shard as value, so a name given twice, missing, or
-    placed in the wrong shard rejects. ``every_name``: the set of the names ``at_top``'s
-    headers hold, where the reader made it."""
+    placed in the wrong shard rejects. ``names_unique``: no name is given twice in
+    ``at_top``'s headers (so none in those the index names)."""
     if _MAP_FLAGS is None:  # no POSIX mmap flags (Windows): the long way
         return None
     headers = {rel: h for rel, h in at_top.items() if type(h) is SafetensorsHeader and _is_plain_shard_name(rel)}
@@ -706,9 +707,7 @@ def _index_agrees_with_shards(index_path: Path, at_top: dict, every_name: set | 
             if outside is None:
                 return None
             index_outside_map, body_start, body_end = outside
-            if every_name is None or len(headers) != len(at_top):  # not made for exactly these headers
-                every_name = set().union(*(h.names for h in headers.values()))
-            names_once = len(every_name) == held
+            names_once = names_unique or len(set().union(*(h.names for h in headers.values()))) == held
             if _spelled_in_shard_order(data, body_start, body_end, headers) or (
                     names_once and _spelled_sorted(data, body_start, body_end, headers)):
                 # every shard's names listed, each with its shard: a name held by two shards
@@ -1092,7 +1091,7 @@ def _open_source(root: Path) -> ModelSource:
 
     # --- shards: from the index when there is one, else every *.safetensors at the top
     index_path = root / INDEX_NAME
-    at_top, every_name = _read_top_level_shards(root)
+    at_top, names_unique = _read_top_level_shards(root)
     if not index_path.exists():
         index_path = None
         for header in at_top.values():
@@ -1102,7 +1101,7 @@ def _open_source(root: Path) -> ModelSource:
         tensor_shard = _tensor_shard_without_index(root, shards)
         absent_shards, total_size = {}, None
     else:
-        shards, absent_shards, index_warnings, total_size = _read_indexed_shards(root, index_path, at_top, every_name)
+        shards, absent_shards, index_warnings, total_size = _read_indexed_shards(root, index_path, at_top, names_unique)
         warnings += index_warnings
         tensor_shard = None  # built from the headers when first asked for
 
