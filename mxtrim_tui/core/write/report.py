@@ -77,11 +77,38 @@ def serve_command(plan: TrimPlan, out_dir: Path | str, mode: str, serve: BudgetI
     if plan.inventory.source.custom_code_present and plan.inventory.source.config.get("auto_map"):
         args.append("--trust-remote-code")
     quoted = " ".join(a if a.startswith(("${", '"$')) else shlex.quote(a) for a in args)  # shell words kept as written
+    default = default_devices(serve)
     env = (
-        'CUDA_VISIBLE_DEVICES="${CUDA_VISIBLE_DEVICES:-0}" MACA_VISIBLE_DEVICES="${MACA_VISIBLE_DEVICES:-${CUDA_VISIBLE_DEVICES:-0}}" \\\n'
+        f'CUDA_VISIBLE_DEVICES="${{CUDA_VISIBLE_DEVICES:-${{MACA_VISIBLE_DEVICES:-{default}}}}}" '
+        f'MACA_VISIBLE_DEVICES="${{MACA_VISIBLE_DEVICES:-${{CUDA_VISIBLE_DEVICES:-{default}}}}}" \\\n'
         "HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 \\\n"
     )
     return env + quoted
+
+
+def gpus_needed(serve: BudgetInputs) -> int:
+    """The devices one ``vllm serve`` of these settings takes on its host: TP × PP × DP."""
+    return max(1, serve.tp) * max(1, serve.pp) * max(1, serve.dp)
+
+
+def default_devices(serve: BudgetInputs | None) -> str:
+    """The device list the serve command exposes when neither CUDA_VISIBLE_DEVICES nor
+    MACA_VISIBLE_DEVICES is set: the first TP × PP × DP GPUs (a shell expression of ``$TP``
+    where TP is left to the shell). A variable the user set is passed on unchanged, and one
+    of the two names the same GPUs for the other."""
+    if serve is None:
+        return "$(seq -s, 0 $((${TP:-1} - 1)))"
+    return ",".join(str(i) for i in range(gpus_needed(serve)))
+
+
+def devices_assumed(serve: BudgetInputs | None) -> str:
+    """Which GPUs the serve command takes when no visible-device variable is set, in words."""
+    if serve is None:
+        return "GPUs 0 to TP-1 (TP unset: GPU 0)"
+    n = gpus_needed(serve)
+    factors = f"TP {serve.tp}, PP {serve.pp}" + (f", DP {serve.dp}" if serve.dp > 1 else "")
+    listed = default_devices(serve)
+    return f"GPU {listed} ({factors})" if n == 1 else f"GPUs {listed} ({factors}: {n} devices)"
 
 
 SERVE_SCRIPT = "serve.sh"
@@ -91,13 +118,18 @@ def serve_script(plan: TrimPlan, mode: str, serve: BudgetInputs | None = None) -
     """``serve.sh``: the report's serve command with its environment, serving the folder the
     script is in (it survives a move of the output)."""
     command = serve_command(plan, '"$MODEL_DIR"', mode, serve)
+    assumed = devices_assumed(serve)
     return (
         "#!/bin/sh\n"
         "# Serve this reduced model with vLLM: the command of README.md, for the folder this script is in.\n"
         "# Written by mxtrim. PORT, TP, GPU_MEMORY_UTILIZATION (where the command leaves them to the shell),\n"
         "# CUDA_VISIBLE_DEVICES / MACA_VISIBLE_DEVICES override; arguments are passed on to vllm serve.\n"
+        f"# Devices: with neither CUDA_VISIBLE_DEVICES nor MACA_VISIBLE_DEVICES set, it serves on {assumed}.\n"
         "set -e\n"
         'MODEL_DIR=$(cd "$(dirname "$0")" && pwd)\n'
+        'if [ -z "${CUDA_VISIBLE_DEVICES:-}${MACA_VISIBLE_DEVICES:-}" ]; then\n'
+        f"  echo {shlex.quote(f'serve.sh: CUDA_VISIBLE_DEVICES / MACA_VISIBLE_DEVICES unset: serving on {assumed}')} >&2\n"
+        "fi\n"
         f'{command} "$@"\n'
     )
 
@@ -334,6 +366,9 @@ def _serve_section(add, plan: TrimPlan, out_dir: Path, mode: str, serve: BudgetI
     add("```bash")
     add(serve_command(plan, out_dir, mode, serve))
     add("```")
+    add("")
+    add(f"With neither `CUDA_VISIBLE_DEVICES` nor `MACA_VISIBLE_DEVICES` set, it serves on {devices_assumed(serve)}; "
+        "set either to choose others (the other follows it). `serve.sh` runs the same command for the folder it is in.")
     add("")
     if plan.mtp_kept and "mtp" in plan.inventory.submodels:
         add("MTP runs only with speculative decoding: the command above serves it with "
