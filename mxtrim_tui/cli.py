@@ -894,8 +894,20 @@ def cmd_validate_many(args) -> int:
     return 0 if all(r.ok for r in rows) else 1
 
 
+def _settings_now(args, out: Path, vllm) -> dict | None:
+    """The settings a server of ``out`` would run with now (run.serve_settings), None when the
+    output or the flags are refused (its validation says why)."""
+    from .core.validate.run import read_output, serve_settings
+
+    try:
+        return serve_settings(_serve_options(args, out, read_output(out), vllm))
+    except InputError:
+        return None
+
+
 def _reused_row(args, out: Path, vllm, now: dict | None, counter: str):
-    """The row of the run recorded earlier that answers this request, or None (validate it)."""
+    """The row of the run recorded earlier that answers this request (reused), else a row not
+    run yet whose note says why the earlier run does not (empty: there is none)."""
     from .core.validate import batch
     from .core.validate.examples import last_run
 
@@ -905,11 +917,16 @@ def _reused_row(args, out: Path, vllm, now: dict | None, counter: str):
     if elsewhere:
         print(f"{counter} {out}: its last recorded run was made for {elsewhere} (copied or moved since): validated anew",
               file=sys.stderr, flush=True)
-    reason = batch.covers(earlier, vllm.python, now, serve, args.equivalence, args.speculative, out, parallel=(args.tp, args.pp))
-    if reason:
-        print(f"{counter} {out}: {reason}", file=sys.stderr, flush=True)
-        return batch.row_for_run(out, earlier, batch.REUSED, reason)
-    return None
+    settings = _settings_now(args, out, vllm) if serve and earlier is not None else None
+    if serve and earlier is not None and settings is None:
+        return batch.MatrixRow(str(out), batch.NOT_RUN)
+    decision = batch.reuse(earlier, vllm.python, now, serve, args.equivalence, args.speculative, out,
+                           parallel=(args.tp, args.pp), settings=settings)
+    if decision.why and not elsewhere:
+        print(f"{counter} {out}: {decision.why}", file=sys.stderr, flush=True)
+    if decision.reused:
+        return batch.row_for_run(out, earlier, batch.REUSED, decision.why)
+    return batch.MatrixRow(str(out), batch.NOT_RUN, note=decision.why)
 
 
 def _validated_row(out: Path, doc: dict, ok: bool):
@@ -926,9 +943,9 @@ def _validated_row(out: Path, doc: dict, ok: bool):
 def _validate_one_of_many(args, out: Path, vllm, now: dict | None, counter: str):
     from .core.validate import batch
 
-    reused = _reused_row(args, out, vllm, now, counter)
-    if reused is not None:
-        return reused
+    earlier = _reused_row(args, out, vllm, now, counter)
+    if earlier.state == batch.REUSED:
+        return earlier
     print(f"{counter} {out}", file=sys.stderr, flush=True)
     try:
         v, runs, ok = run_validation(out, args, quiet=True, vllm=vllm)
@@ -936,7 +953,13 @@ def _validate_one_of_many(args, out: Path, vllm, now: dict | None, counter: str)
         print(f"mxtrim: error: {exc}", file=sys.stderr, flush=True)
         return batch.MatrixRow(str(out), batch.REFUSED, False, note=str(exc))
     print(f"{counter} {out}: {'ok' if ok else 'failed'} (recorded in validation.json, run {runs})", file=sys.stderr, flush=True)
-    return _validated_row(out, v.to_json(), ok)
+    return _with_note(_validated_row(out, v.to_json(), ok), earlier.note)
+
+
+def _with_note(row, note: str):
+    """``row`` with ``note`` (why an earlier run was not reused) before its own."""
+    row.note = "; ".join(n for n in (note, row.note) if n)
+    return row
 
 
 def _validate_side_by_side(args, outputs: list[Path], rows: list, vllm, now: dict | None, publish, running: list[int]) -> None:
@@ -956,9 +979,8 @@ def _validate_side_by_side(args, outputs: list[Path], rows: list, vllm, now: dic
     on_gpu = first is not None and first.available and bool(first.gpus)
     jobs = []
     for i, out in enumerate(outputs):
-        reused = _reused_row(args, out, vllm, now, f"[{i + 1}/{len(outputs)}]")
-        if reused is not None:
-            rows[i] = reused
+        rows[i] = _reused_row(args, out, vllm, now, f"[{i + 1}/{len(outputs)}]")
+        if rows[i].state == batch.REUSED:
             continue
         try:
             serve = read_output(out).get("serve") or {}
@@ -1028,7 +1050,7 @@ class _SideBySideReport:
             print(f"mxtrim: error: {why}", file=sys.stderr, flush=True)
             self.rows[job.index] = batch.MatrixRow(str(job.output), batch.REFUSED, False, note=why)
         else:
-            row = self.rows[job.index] = _validated_row(job.output, doc, code == 0)
+            row = self.rows[job.index] = _with_note(_validated_row(job.output, doc, code == 0), self.rows[job.index].note)
             if job.alone:
                 row.note = (row.note + "; " if row.note else "") + "validated alone: its start beside another server failed on memory"
             self._say(job, f": {'ok' if code == 0 else 'failed'} (recorded in validation.json)")

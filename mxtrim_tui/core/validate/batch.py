@@ -4,8 +4,11 @@ matrix of every output × check — markdown and JSON — rewritten after each o
 interruption keeps the finished rows.
 
 An output whose last recorded run was made by the same interpreter with the same versions
-(Python, vLLM, vLLM-MetaX, transformers, torch) and ran every check asked for now is not
-validated again unless asked (``--again``): its row is that run's, marked as reused."""
+(Python, vLLM, vLLM-MetaX, transformers, torch), ran every check asked for now and, where a
+server is asked for, served with the same settings (``OUTCOME_SETTINGS``: TP/PP, context,
+sequences, KV budget or memory share, dtype, device, launcher, extra arguments, the vLLM
+variables of its environment) is not validated again unless asked (``--again``): its row is
+that run's, marked as reused. Otherwise the row says why it was run again."""
 
 from __future__ import annotations
 
@@ -64,28 +67,105 @@ def recorded_elsewhere(run: dict | None, out: Path) -> str | None:
     return then
 
 
-def covers(run: dict | None, python: str, now: dict | None, serve: bool, equivalence: bool, speculative: bool,
-           out: Path | None = None, parallel: tuple[int, int] = (1, 1)) -> str | None:
-    """Why ``run`` already answers this request (None: it does not): made for this very folder
-    (``out``), by the same interpreter and versions, every check asked for executed then, and a
-    server asked for served with the same ``parallel`` sizes (TP, PP)."""
-    if run is None or now is None or run.get("python") != python:
-        return None
+# the settings of validation.json's "settings" that change a served run's outcome, each with
+# the flag that sets it (how a difference is said); the GPUs a server was placed on are not
+# among them (the same output may be placed on other free GPUs)
+OUTCOME_SETTINGS = (
+    ("device", "--device"), ("tp", "--tp"), ("pp", "--pp"), ("max_model_len", "--max-model-len"),
+    ("max_num_seqs", "--max-num-seqs"), ("kv_cache_memory_bytes", "--kv-cache-memory-bytes"),
+    ("gpu_memory_utilization", "--gpu-memory-utilization"), ("dtype", "--dtype"), ("expert_parallel", "--ep"),
+    ("speculative", "--speculative"), ("attention_backend", "--attention-backend"), ("enforce_eager", "--enforce-eager"),
+    ("entry", "the server's entry point"), ("trust_remote_code", "--trust-remote-code"), ("launcher", "--launcher"),
+    ("extra_args", "extra server arguments"),
+)
+_DEFAULT_PARALLEL = {"tp": 1, "pp": 1}  # a run recorded before TP and PP were kept ran with 1
+
+
+@dataclass(frozen=True)
+class Reuse:
+    """Whether an earlier run answers a request, and why (or why it is run again: "" when
+    there is no earlier run to speak of)."""
+    reused: bool
+    why: str = ""
+
+
+def _setting_text(key: str, value) -> str:
+    from ..units import human_bytes
+
+    if value is None or value == [] or value is False:
+        return "unset"
+    if value is True:
+        return "on"
+    if key == "kv_cache_memory_bytes" and isinstance(value, int):
+        return human_bytes(value)
+    if isinstance(value, list):
+        import shlex
+
+        return shlex.join(str(v) for v in value)
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def settings_differences(then: dict, now: dict) -> list[str]:
+    """What a server asked for now (``now``: ``run.serve_settings``) would run with that the
+    earlier one (``then``: its recorded settings) did not, each as "served before with FLAG
+    X, now Y"."""
+    found = []
+    for key, flag in OUTCOME_SETTINGS:
+        if key not in then and key not in _DEFAULT_PARALLEL:
+            continue  # not recorded then (a run made before it was kept): unknown is no difference
+        before = then.get(key, _DEFAULT_PARALLEL.get(key))
+        if before != now.get(key):
+            found.append(f"served before with {flag} {_setting_text(key, before)}, now {_setting_text(key, now.get(key))}")
+    if "env" in then:
+        old, new = then.get("env") or {}, now.get("env") or {}
+        for name in sorted(set(old) | set(new)):
+            if old.get(name) != new.get(name):
+                was = f"{name}={old[name]}" if name in old else f"{name} unset"
+                found.append(f"served before with {was}, now " + (f"{name}={new[name]}" if name in new else "unset"))
+    return found
+
+
+def reuse(run: dict | None, python: str, now: dict | None, serve: bool, equivalence: bool, speculative: bool,
+          out: Path | None = None, parallel: tuple[int, int] = (1, 1), settings: dict | None = None) -> Reuse:
+    """Whether ``run`` already answers this request: made for this very folder (``out``), by
+    the same interpreter and versions, every check asked for executed then, and a server asked
+    for served with the same ``parallel`` sizes (TP, PP) and, where ``settings`` (what a server
+    would run with now, ``run.serve_settings``) are given, the same outcome settings."""
+    if run is None:
+        return Reuse(False)
+    if now is None:
+        return Reuse(False, "run again: the versions of this environment are unknown")
+    if run.get("python") != python:
+        return Reuse(False, f"run again: validated before with {run.get('python')}, now {python}")
     if out is not None and recorded_elsewhere(run, out):
-        return None
+        return Reuse(False, f"run again: its last run was made for {recorded_elsewhere(run, out)}")
     then = versions_of(run.get("environment") or {})
-    if any(then.get(k) != now.get(k) for k in DRIFT_KEYS):
-        return None
+    drift = [f"{k} {then.get(k) or 'absent'} before, {now.get(k) or 'absent'} now" for k in DRIFT_KEYS if then.get(k) != now.get(k)]
+    if drift:
+        return Reuse(False, "run again: " + "; ".join(drift))
     executed = {PASSED, FAILED, DIFFERS, NOT_COMPARABLE, NOT_APPLICABLE}
     asked = [(serve, START_UP), (equivalence, EQUIVALENCE), (speculative, SPECULATIVE)]
-    if any(wanted and _row_status(run, check) not in executed for wanted, check in asked):
-        return None
-    settings = run.get("settings") or {}
-    if speculative and not settings.get("speculative"):
-        return None
-    if (serve or equivalence or speculative) and (settings.get("tp") or 1, settings.get("pp") or 1) != tuple(parallel):
-        return None
-    return f"validated {run.get('started')} with these versions; --again runs it anew"
+    missing = [check for wanted, check in asked if wanted and _row_status(run, check) not in executed]
+    if missing:
+        return Reuse(False, "run again: not run before: " + ", ".join(missing))
+    recorded = run.get("settings") or {}
+    if speculative and not recorded.get("speculative"):
+        return Reuse(False, "run again: served before without --speculative")
+    if serve or equivalence or speculative:
+        if settings is None:  # the parallel sizes only
+            recorded = {key: recorded.get(key) or 1 for key in _DEFAULT_PARALLEL}
+            settings = {"tp": parallel[0], "pp": parallel[1]}
+        differ = settings_differences(recorded, settings)
+        if differ:
+            return Reuse(False, "run again: " + "; ".join(differ))
+    return Reuse(True, f"validated {run.get('started')} with these versions and settings; --again runs it anew")
+
+
+def covers(run: dict | None, python: str, now: dict | None, serve: bool, equivalence: bool, speculative: bool,
+           out: Path | None = None, parallel: tuple[int, int] = (1, 1), settings: dict | None = None) -> str | None:
+    """Why ``run`` already answers this request (None: it does not): :func:`reuse`."""
+    decision = reuse(run, python, now, serve, equivalence, speculative, out, parallel, settings)
+    return decision.why if decision.reused else None
 
 
 def cells_of(run: dict) -> dict:

@@ -18,7 +18,8 @@ from ..errors import InputError, require_directory
 from . import requests as rq
 from .classify import classify
 from .parallel import wait_for_neighbours_profiling
-from .serve import ServeOptions, Server, free_port, interrupting_signals, output_quantization, output_text_config, serve_argv, serve_env
+from .serve import (ServeOptions, Server, free_port, interrupting_signals, outcome_env, output_quantization, output_text_config,
+                    serve_argv, serve_env)
 from .vllm_log import spec_counts_from_log
 from ..probe import OFFLINE_PROBE
 
@@ -205,12 +206,17 @@ def validate(out: Path, opts: ServeOptions, *, serve: bool, equivalence: bool = 
 
 
 def serve_settings(opts: ServeOptions) -> dict:
+    """What a server runs with, as validation.json records it: every setting that changes its
+    outcome (an earlier run is reused only where they all match: ``batch.reuse``), the vLLM
+    variables of its environment (``outcome_env``), and the GPUs it was placed on."""
     return {"device": opts.device, "gpus": opts.gpus, "dtype": opts.dtype, "max_model_len": opts.max_model_len,
             "max_num_seqs": opts.max_num_seqs, "kv_cache_memory_bytes": opts.kv_cache_memory_bytes,
             "gpu_memory_utilization": opts.gpu_memory_utilization, "tp": opts.tp, "pp": opts.pp,
             "expert_parallel": opts.expert_parallel,
             "speculative": opts.speculative_mtp, "attention_backend": opts.attention_backend,
-            "enforce_eager": opts.enforce_eager, "entry": opts.entry}
+            "enforce_eager": opts.enforce_eager, "entry": opts.entry, "trust_remote_code": opts.trust_remote_code,
+            "launcher": list(opts.launcher) if opts.launcher else None, "extra_args": list(opts.extra_args),
+            "env": outcome_env(serve_env(opts))}
 
 
 def applicability(out: Path, plan: dict, check: str, equivalence: bool) -> str | None:

@@ -168,6 +168,28 @@ def serve_env(opts: ServeOptions) -> dict[str, str]:
     return env
 
 
+# the variables of a server's environment recorded with its run (validation.json, "settings"):
+# vLLM reads its own settings from VLLM_* variables, so a run made with other values is another
+# run; values of names that look secret are kept as a digest, never in clear
+OUTCOME_VARIABLE_PREFIX = "VLLM_"
+_SECRET_NAME = ("KEY", "TOKEN", "SECRET", "PASSWORD", "AUTH")
+
+
+def outcome_env(env: dict[str, str]) -> dict[str, str]:
+    """The variables of ``env`` that change what a server does (``VLLM_*``), by name; a value
+    whose name looks secret (an API key) as ``sha256:`` and the first 12 digits of its digest."""
+    import hashlib
+
+    out = {}
+    for name in sorted(env):
+        if name.startswith(OUTCOME_VARIABLE_PREFIX):
+            value = env[name]
+            if any(word in name.upper() for word in _SECRET_NAME):
+                value = "sha256:" + hashlib.sha256(value.encode("utf-8", "replace")).hexdigest()[:12]
+            out[name] = value
+    return out
+
+
 @dataclass
 class ServerExit:
     returncode: int | None
