@@ -1,6 +1,9 @@
 """Why a server failed, from its exit status and its log, in the trimming workflow's classes.
 Each verdict quotes the lines it rests on and suggests only what those lines support; a
-shutdown we asked for (its EngineDeadError included) is not a failure."""
+shutdown we asked for (its EngineDeadError included) is not a failure. A limit of the host or
+its devices (NUMA nodes, GPUs, a device another process holds, the CPU build) is a class of its
+own, never blamed on the trim; a failed request's own answer is read before the log (NaN / Inf
+in an answer). ``classes()`` lists every class a verdict can have."""
 
 from __future__ import annotations
 
@@ -17,6 +20,11 @@ DUMMY_LIMIT = "dummy initialisation or quantization post-processing limitation"
 QUANT_BUILD = "quantization / build limitation"
 DEFECT = "implementation defect"
 UNKNOWN = "unclassified"
+# the host or its devices cannot give what the serve settings ask for (NUMA nodes, GPUs, a
+# device another process holds, what the CPU build runs): the settings or the host, never the trim
+HOST = "host or device limit"
+# the served model computed NaN or infinity (vLLM cannot put it in its JSON answer)
+NUMERICS = "numerics of the weights (NaN / Inf)"
 
 # (class, pattern, advice) in order of precedence: the first class with evidence wins.
 RULES: list[tuple[str, re.Pattern, str]] = [
@@ -220,7 +228,66 @@ RESOURCES_ADVICE = next(advice for category, _, advice in RULES if category == R
 OOM = re.compile(r"OutOfMemoryError: (?:CUDA |MACA |HIP )?out of memory|CUDA error: out of memory|"
                  r"(?<!\w)out of memory\. Tried to allocate")
 
+NOT_THE_TRIM = "a limit of this host and these serve settings, not of the trim"
+
+
+def _numa_advice(evidence: list[str], facts: Facts) -> str:
+    m = next((NUMA.search(line) for line in evidence if NUMA.search(line)), None)
+    ranks = f"{m.group(1)} workers" if m else "a worker per rank"
+    return (f"vLLM's CPU build binds each of the server's {ranks} (TP x PP) to a NUMA node of its own, and this host "
+            "allows fewer (the quoted line lists them): validate with --tp 1 --pp 1 here, check the parallel layout "
+            "on a host with enough NUMA nodes or on GPUs, or bind the threads yourself (VLLM_CPU_OMP_THREADS_BIND: "
+            f"one CPU list per rank, e.g. 0|1); {NOT_THE_TRIM}")
+
+
+def _devices_advice(evidence: list[str], facts: Facts) -> str:
+    return ("the server asked for more devices than it can see (its world size is TP x PP): lower --tp / --pp to "
+            "the devices visible, or make more visible (--gpus, CUDA_VISIBLE_DEVICES / MACA_VISIBLE_DEVICES, the "
+            f"container's devices); {NOT_THE_TRIM}")
+
+
+def _busy_advice(evidence: list[str], facts: Facts) -> str:
+    return ("another process holds the device or the memory it was to use: validate on idle devices (--gpus, or "
+            "let validate pick idle ones), wait for the other workload to end, or lower --gpu-memory-utilization to "
+            f"the share that is free; {NOT_THE_TRIM}")
+
+
+def _cpu_build_advice(evidence: list[str], facts: Facts) -> str:
+    return ("vLLM's CPU build does not run what the quoted line names (the source's own attention or parallel "
+            "layout, which the trim keeps): validate this output with a GPU build; a limit of the build and "
+            "device, not of the trim")
+
+
+def _numerics_advice(evidence: list[str], facts: Facts) -> str:
+    return ("the model computed NaN or infinite numbers (its logits or log-probabilities), which vLLM cannot put "
+            "in a JSON answer. Dummy weights (--load-format dummy) are random and can produce this on their own, "
+            "which says nothing of the trim; with real weights, check the weights (manifest.json against the "
+            "source, a tensor holding NaN / Inf), serve in another dtype (float16 overflows where bfloat16 and "
+            "float32 do not), and compare with the original (validate --equivalence)")
+
+
+# vLLM's CPU workers: one NUMA node each (vllm/utils/ompmultiprocessing.py)
+NUMA = re.compile(r"Not enough allowed NUMA nodes to bind threads of (\d+) local CPUWorkers")
+# what a JSON encoder says of NaN / Inf (Python's json, with allow_nan=False), which vLLM
+# returns as HTTP 400 (vllm/entrypoints/serve/exception_handling/error_response.py)
+NON_FINITE = re.compile(r"Out of range float values are not JSON compliant")
+
 SPECIFIC_RULES: list[Rule] = [
+    # host and device limits, before anything that would blame the trim
+    Rule(HOST, NUMA, _numa_advice),
+    # more ranks than devices: vllm/config/parallel.py, vllm/v1/executor/ray_utils.py,
+    # vllm/platforms/interface.py; CUDA's own words for an index past the devices
+    Rule(HOST, re.compile(
+        r"World size \(\d+\) is larger than the number of available GPUs|"
+        r"Cannot provide a placement group requiring \d+ GPUs|You don't have enough GPUs available|"
+        r"visible device ordinal \d+ is out of range|CUDA error: invalid device ordinal"), _devices_advice),
+    # a device another process holds: CUDA's words for a device in exclusive use; vLLM's start-up
+    # check of free memory (vllm/v1/worker/utils.py) and its profiling (vllm/v1/worker/gpu_worker.py)
+    Rule(HOST, re.compile(
+        r"(?i)CUDA-capable device\(s\) is/are busy or unavailable|all CUDA-capable devices are busy or unavailable|"
+        r"Free memory on device \S+ \([^)]*\) on startup is less than|Error in memory profiling"), _busy_advice),
+    # what the CPU build refuses (vllm/platforms/cpu.py, vllm/utils/cpu_triton_utils.py)
+    Rule(HOST, re.compile(r"is not (?:yet )?supported on CPU\b"), _cpu_build_advice),
     # 1. MACA_PATH unset: triton's MetaX backend joins None with "lib"
     Rule(ENVIRONMENT, re.compile(
         r"TypeError: (?:expected str, bytes or os\.PathLike object, not NoneType|"
@@ -254,6 +321,22 @@ SPECIFIC_RULES: list[Rule] = [
     Rule(DEFECT, re.compile(r"Detected some but not all shards of \S+ are quantized"),
          _shards_advice, context=METAX_LOG, whole_log=True),
 ]
+
+
+# what a failed request's answer says (the reason), before the log: the log of a server that
+# answered an error holds no error line
+REASON_RULES: list[Rule] = [Rule(NUMERICS, NON_FINITE, _numerics_advice)]
+
+
+def classes() -> list[str]:
+    """Every class a verdict can have: those of the tables (REASON_RULES, SPECIFIC_RULES,
+    RULES), then the two that no table names (an error not recognised, no error line)."""
+    found: list[str] = []
+    named = [r.category for r in REASON_RULES + SPECIFIC_RULES] + [category for category, _, _ in RULES]
+    for category in named + [DEFECT, UNKNOWN]:
+        if category not in found:
+            found.append(category)
+    return found
 
 
 NOISE = re.compile(
@@ -418,6 +501,11 @@ def classify(lines: list[str], returncode: int | None, stopped_by_us: bool, reas
     exceptions, others = error_content(lines)
     raised = tracebacks(lines)
     facts = _facts(lines, environment)
+    for rule in REASON_RULES:
+        answered = [part.strip()[:400] for part in reason.split("; ") if rule.pattern.search(part)]
+        if answered:
+            evidence = (answered + _matches(exceptions + others, rule.pattern))[:4]
+            return Verdict(rule.category, summary, evidence, rule.advice(evidence, facts))
     # the exceptions first (the root cause is raised there), then any other error line
     for candidates in (exceptions, others):
         # the specific failures first: each rests on a line and on what raised it
