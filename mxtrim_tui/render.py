@@ -251,7 +251,9 @@ def render_budget(b, console: Console) -> None:
 
     t.add_row("disk", f"a real-weight trim writes {shown_bytes(b.weights_bytes, known)} of tensors", "")
     split = ", ".join(f"{k} {human_bytes(v)}" for k, v in (b.ranks.by_kind.items() if b.ranks else ()) if v)
-    t.add_row("weights / GPU", f"{shown_bytes(b.weights_per_gpu, known)}" + (f" [dim]({split})[/]" if split else ""), bar(b.weights_per_gpu))
+    origin = b.weights_origin()
+    t.add_row("weights / GPU", f"{shown_bytes(b.weights_per_gpu, known)}" + (f" [dim]({split})[/]" if split else "")
+              + (f"\n[yellow]{escape(origin)}[/]" if origin else ""), bar(b.weights_per_gpu))
     if b.ranks and b.ranks.pp > 1:
         t.add_row("", "[dim]per stage: " + ", ".join(human_bytes(x) for x in b.ranks.stage_bytes) + "[/]", "")
     for line in b.kv_lines:

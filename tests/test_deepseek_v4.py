@@ -240,13 +240,17 @@ def test_the_budget_counts_compressed_caches_and_says_it_is_unverified(sources):
     b = compute_budget(plan, BudgetInputs(max_model_len=4096))
     lines = {l.kind: l for l in b.kv_lines}
     assert "mla" not in lines
-    assert lines["compressed ÷4 + indexer"].bytes_per_token == 146 + 9  # 584 B / 4, FP8 index keys (32 + 4 B) / 4
-    assert lines["compressed ÷128"].bytes_per_token == 5  # 584 B / 128
+    # vLLM 0.32.0 pages of 256 tokens padded to 576 B: 64 rows of 584 B -> 37,440 B (147 B a token);
+    # the indexer's 64 keys of 32 B (no whole 128 for a scale) -> 2,304 B (9 B a token)
+    assert lines["compressed ÷4 + indexer"].bytes_per_token == 147 + 9
+    assert lines["compressed ÷128"].bytes_per_token == 7  # 2 rows of 584 B -> 1,728 B per 256 tokens
     assert lines["sliding window only"].bytes_per_token == 0
-    assert all(l.state_bytes_per_seq == 584 * 4096 for l in lines.values())  # the window's rows, per sequence
+    window = 65 * 37440  # cdiv(min(16 − 1 + 2 × 4096, 4096), 64) + 1 pages of 64 rows
+    assert lines["sliding window only"].state_bytes_per_seq == window
+    assert lines["compressed ÷128"].state_bytes_per_seq > window  # + the compressor's state
     assert all("unverified" in l.note for l in lines.values())
     sixteen = {l.kind: l for l in compute_budget(plan, BudgetInputs(kv_cache_dtype="bfloat16")).kv_lines}
-    assert sixteen["compressed ÷128"].bytes_per_token == 1  # a 64 × 2 B row per 128 tokens
+    assert sixteen["compressed ÷128"].bytes_per_token == 2  # 2 rows of 64 × 2 B, padded to 512 B per 256 tokens
 
 
 # --- item 7: the long-input request crosses the largest kept compression block -------------------

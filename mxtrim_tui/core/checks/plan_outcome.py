@@ -17,7 +17,7 @@ import hashlib
 import sys
 
 from . import cache as check_cache
-from .judge import Judge, judge_record
+from .judge import Judge, current_judge, judge_record
 from ..plan.build import Issue, Selection, TrimPlan, build_plan
 from ..plan.check_result import NOT_CHECKED, TransformersCheck
 from ..plan.plan_file import TrimRequest
@@ -66,7 +66,31 @@ def outcome_of(plan: TrimPlan, checked: TrimPlan) -> dict:
             "solved": [[list(path), before, after] for path, before, after in check.solved],
             "judge": check.judge,
         },
+        "config_tensors": config_tensors(checked),
     }
+
+
+def config_tensors(checked: TrimPlan) -> dict | None:
+    """transformers' meta build of the output config (core/checks/meta_weights.py), when some
+    kept part has no safetensors header here; ``{"problem": why}`` when it cannot be built."""
+    from ..plan.config_weights import MTP, parts_without_headers
+
+    if checked.errors or not parts_without_headers(checked)[1]:
+        return None
+    from .transformers_plan import _first_line
+
+    try:
+        from .meta_weights import config_tensor_table
+        from .transformers_plan import Builder, _text_path
+
+        out_cfg = checked.new_documents.get("config.json", checked.inventory.source.config)
+        builder = Builder(out_cfg)
+        if builder.unavailable:
+            return {"problem": builder.unavailable}
+        mtp = sum(1 for m in checked.mappings if m.submodel == MTP)
+        return config_tensor_table(builder, out_cfg, _text_path(checked.inventory), checked.new_depth, mtp)
+    except Exception as exc:  # noqa: BLE001 - a build that fails: the budget says so
+        return {"problem": f"transformers' meta build failed ({_first_line(exc)})"}
 
 
 def apply_outcome(plan: TrimPlan, outcome: dict) -> TrimPlan:
@@ -80,7 +104,10 @@ def apply_outcome(plan: TrimPlan, outcome: dict) -> TrimPlan:
     check = None
     if c is not None:
         solved = tuple((tuple(path), before, after) for path, before, after in c["solved"])
-        check = TransformersCheck(c["status"], c["summary"], tuple(c["problems"]), c["model_class"], solved, c.get("judge"))
+        table = outcome.get("config_tensors") or None
+        problem = table.get("problem", "") if table else ""
+        check = TransformersCheck(c["status"], c["summary"], tuple(c["problems"]), c["model_class"], solved, c.get("judge"),
+                                  None if problem else table, problem)
         if solved:
             base = with_solution(base, solved, check.model_class)
     issues = [Issue(level, message, fix) for level, message, fix in outcome["issues"]]
@@ -111,6 +138,9 @@ class PlanCheck:
         outcome = check_cache.load(KIND, self.digest)
         if outcome is not None:
             try:
+                judge = (outcome.get("check") or {}).get("judge")
+                if isinstance(judge, dict):  # an interpreter passed over is said as it is now
+                    judge["chosen_by"] = current_judge().origin
                 self._checked = apply_outcome(plan, outcome)
             except (KeyError, TypeError, ValueError):
                 pass  # an entry of another shape: check again

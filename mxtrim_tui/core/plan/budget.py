@@ -1,7 +1,8 @@
 """GPU memory budget of a plan, from exact header bytes and the KV-cache formulas vLLM uses
 (prior-art guide §2.5).
 
-* Weights per GPU: every retained tensor partitioned as vLLM holds it (core/plan/partition.py):
+* Weights per GPU: every retained tensor (those of parts without safetensors headers derived
+  from the config: core/plan/config_weights.py) partitioned as vLLM holds it (core/plan/partition.py):
   TP column / row / vocabulary splits, replicated norms, routers and MLA latent projections,
   KV heads replicated when fewer than TP, experts over EP = TP × DP ranks with expert
   parallelism, layers over pipeline stages; the busiest GPU counts.
@@ -9,12 +10,12 @@
   ``2 × max(1, kv_heads / TP) × head_dim × dtype``; MLA ``(kv_lora_rank + qk_rope_head_dim) ×
   dtype``, not divided by TP; DSA adds the indexer key cache (``index_head_dim`` FP8 bytes +
   one FP32 scale per 128), and with an FP8 cache the fp8_ds_mla layout (656 B); a KV-sharing
-  layer adds nothing. ``--kv-cache-dtype fp8*`` makes the element one byte. DeepSeek-V4 (read
-  in vLLM 0484480bc730 ``models/deepseek_v4/attention.py``): a layer with compression ratio r
-  > 1 caches one 584 B fp8_ds_mla row (448 B NoPE + 128 B RoPE + 8 B scale; a plain
-  ``head_dim`` row with a 16-bit cache) per r tokens, ratio 4 adds the indexer's keys per r
-  tokens, and every layer (MTP too) keeps a sliding-window cache of rows per sequence; the
-  compressors' own state caches are not counted, so these lines are marked unverified. For a sequence,
+  layer adds nothing. ``--kv-cache-dtype fp8*`` makes the element one byte. DeepSeek-V4
+  (read in vLLM 0.32.0's ``models/deepseek_v4`` and ``v1/kv_cache_interface.py``): every
+  layer (MTP too) has a sliding-window cache, a layer of compression ratio r > 1 a compressed
+  cache (one 584 B fp8_ds_mla row per r tokens) and its compressor's float32 state, and ratio 4
+  the indexer's keys and its compressor's state; pages padded as vLLM pads them (``v4_caches``).
+  For a sequence,
   sliding layers hold ``min(window − 1 + max_num_batched_tokens, max_model_len)`` tokens and
   chunked layers at most the chunk. Linear-attention (gated delta net) and Mamba layers hold a
   constant state per sequence: convolution state plus recurrent state, in the model's dtype.
@@ -34,6 +35,7 @@ from ..model.families.base import (
 )
 from ..model.quant import config_dtype
 from ..read.safetensors_io import DTYPE_BITS
+from ..units import human_bytes
 from .build import TrimPlan, long_input_tokens, text_config
 from .partition import EXPERT, RankWeights, block_split_failures, rank_weights
 
@@ -168,6 +170,24 @@ class Budget:
     unestimated_layers: int = 0  # recurrent layers whose state the config does not describe
 
     @property
+    def weights_from(self) -> str:
+        """Where the weights per GPU come from: "headers", "config" or "headers and config"."""
+        return self.ranks.source_of_figures if self.ranks else "headers"
+
+    def weights_origin(self) -> str:
+        """The weights figure's origin in words, "" when read from headers alone."""
+        r = self.ranks
+        if r is None or (not r.config_bytes and not r.config_problem):
+            return ""
+        parts = ", ".join(r.config_parts)
+        if not r.config_bytes:
+            return f"not derived from the config for {parts}: {r.config_problem}; those count 0 B"
+        text = ("from the config (transformers' meta build of the output config, quantization applied): no safetensors "
+                "headers here" if r.source_of_figures == "config" else
+                f"{human_bytes(r.config_bytes)} of it from the config (no safetensors headers for {parts}), the rest from headers")
+        return text + (f"; not derived: {r.config_problem}" if r.config_problem else "")
+
+    @property
     def state_layers(self) -> int:
         """Linear/Mamba layers whose per-sequence state is not estimated."""
         return self.unestimated_layers
@@ -187,6 +207,8 @@ class Budget:
                        "kv_cache_dtype": self.inputs.kv_cache_dtype, "gpu_total_bytes": self.inputs.gpu_total_bytes},
             "weights_bytes": self.weights_bytes,
             "weights_per_gpu_bytes": self.weights_per_gpu,
+            "weights_from": self.weights_from,
+            "weights_origin": self.weights_origin() or None,
             "ranks": self.ranks.to_json() if self.ranks else None,
             "kv": [{"kind": l.kind, "layers": l.layers, "bytes_per_token_per_layer": l.bytes_per_token,
                     "bytes_per_token": l.bytes_per_token * l.layers, "tokens_per_sequence": l.tokens_per_seq,
@@ -235,24 +257,85 @@ def kv_bytes_per_token(kind: str, cfg: dict, tp: int, dtype_bytes: int, kv_cache
 
 
 V4_FP8_ROW = 584  # vLLM deepseek_v4: 448 B NoPE fp8 + 128 B RoPE bf16 + 8 B scale per cached row
-V4_NOTE = ("unverified: vLLM 0484480's deepseek_v4 layout; the compressors' state caches are not counted")
+V4_SOURCE = "vLLM 0.32.0's models/deepseek_v4 and v1/kv_cache_interface.py"
+V4_NOTE = (f"as {V4_SOURCE} size them: pages of whole blocks, aligned; the MTP layer's own caches are "
+           "counted as a window-only layer; unverified against a GPU server's log")
+V4_BLOCK = 256  # tokens per block of the compressed and indexer caches (vLLM forces block_size 256)
+V4_SWA_BLOCK = 64  # DeepseekV4SWACache's block
+V4_STATE_BLOCK = {4: 4, 128: 8}  # CompressorStateCache's block per compression ratio
 
 
-def compressed_kv_bytes(ratio: int, cfg: dict, kv_cache_dtype: str, dtype_bytes: int) -> tuple[int, int]:
-    """DeepSeek-V4: (bytes per token of context, bytes per cached row) of one layer with
-    compression ratio ``ratio``: a compressed row per ``ratio`` tokens (none at ratio <= 1),
-    plus the indexer's FP8 keys (one FP32 scale per 128) per ``ratio`` tokens at ratio 4. The
-    row is the fp8_ds_mla one unless a 16-bit cache is asked for; it is also what the
-    sliding-window cache holds per token. Not divided by TP (one KV head, replicated)."""
+@dataclass(frozen=True)
+class V4Cache:
+    """One DeepSeek-V4 cache of one layer, as vLLM sizes it: ``content`` bytes per stored state,
+    ``states`` per page of ``block`` tokens, the page padded to ``align``; ``window`` tokens
+    (sliding caches, per sequence) or None (one state per ``ratio`` tokens of the context)."""
+
+    name: str
+    content: int
+    block: int
+    states: int
+    align: int
+    window: int | None = None
+
+    @property
+    def page(self) -> int:
+        return -(-(self.states * self.content) // self.align) * self.align
+
+    def per_token(self) -> int:
+        """Bytes per token of context (a growing cache; 0 for a sliding one), rounded up."""
+        return 0 if self.window is not None else -(-self.page // self.block)
+
+    def per_sequence(self, context: int, in_flight: int) -> int:
+        """Bytes one sequence of ``context`` tokens holds: whole pages of the context, or of
+        the window (``min(window − 1 + in_flight, context)`` tokens and one more page)."""
+        if self.window is None:
+            return -(-context // self.block) * self.page
+        return (-(-min(self.window - 1 + in_flight, context) // self.block) + 1) * self.page
+
+
+def v4_caches(ratio: int, cfg: dict, kv_cache_dtype: str, dtype_bytes: int) -> list[V4Cache]:
+    """The caches vLLM gives one DeepSeek-V4 layer of compression ratio ``ratio`` (the MTP layer
+    and ratio <= 1: the sliding window alone). Every cache is one KV head, not split by TP.
+
+    * the sliding window (``DeepseekV4SWACache``): ``sliding_window`` tokens of 584 B fp8_ds_mla
+      rows (``head_dim`` elements with a 16-bit cache), blocks of 64;
+    * ratio > 1, the compressed cache (``MLAAttentionSpec``, ``tokens_per_state`` = ratio): one
+      row per ``ratio`` tokens, blocks of 256 tokens;
+    * ratio > 1, the compressor's state (``CompressorStateCache``): float32 kv + score states of
+      ``coff × head_dim`` each (coff 2 at ratio 4, which overlaps, else 1), a window of
+      ``coff × ratio`` tokens in blocks of 4 (ratio 4) or 8 (ratio 128);
+    * ratio 4 only (vLLM: "Only C4A uses sparse attention and hence has indexer"), the indexer's
+      keys (FP8 ``index_head_dim`` + one FP32 scale per 128, one per 4 tokens) and its own
+      compressor's state (``index_head_dim``, coff 2).
+
+    Pages are padded to 576 B with the fp8_ds_mla layout, else to 512 B."""
     sixteen = kv_cache_dtype in ("bfloat16", "float16", "float32")
-    row = first_int(cfg, "head_dim", default=512) * dtype_bytes if sixteen else V4_FP8_ROW
+    head = first_int(cfg, "head_dim", default=512)
+    align = 512 if sixteen else 576
+    row = head * dtype_bytes if sixteen else V4_FP8_ROW
+    window = first_int(cfg, "sliding_window", default=0) or 1
+    out = [V4Cache("sliding window", row, V4_SWA_BLOCK, V4_SWA_BLOCK, align, window)]
     if ratio <= 1:
-        return 0, row
-    per_token = math.ceil(row / ratio)
+        return out
+    coff = 2 if ratio == 4 else 1
+    state_block = V4_STATE_BLOCK.get(ratio, 4)
+    out.append(V4Cache(f"compressed rows (1 per {ratio} tokens)", row, V4_BLOCK, V4_BLOCK // ratio, align))
+    out.append(V4Cache("compressor state", 2 * coff * head * 4, state_block, state_block, align, coff * ratio))
     if ratio == 4:
         idx = first_int(cfg, "index_head_dim", default=128) or 128
-        per_token += math.ceil(indexer_key_bytes(idx) / ratio)
-    return per_token, row
+        # vLLM's k_cache_head_dim: FP8 values + 4 B of FP32 scale per whole 128 of them
+        out.append(V4Cache("indexer keys", idx + idx // 128 * 4, V4_BLOCK, V4_BLOCK // ratio, align))
+        out.append(V4Cache("indexer compressor state", 2 * coff * idx * 4, state_block, state_block, align, coff * ratio))
+    return out
+
+
+def _v4_part(c: V4Cache, context: int, in_flight: int) -> str:
+    if c.window is None:
+        return f"{c.name}: {c.content} B rows, {c.per_token()} B per token"
+    held = min(c.window - 1 + in_flight, context)
+    return (f"{c.name}: window {c.window:,}, {held:,} tokens held per sequence "
+            f"({c.content:,} B each, {human_bytes(c.per_sequence(context, in_flight))})")
 
 
 def indexer_key_bytes(index_head_dim: int) -> int:
@@ -319,12 +402,20 @@ def compute_budget(plan: TrimPlan, inputs: BudgetInputs) -> Budget:
         if kind == CHUNKED and chunk:
             tokens = min(tokens, chunk)
         state = 0
-        if ratio is not None:  # DeepSeek-V4: compressed cache per token, sliding window per sequence
-            n, row = compressed_kv_bytes(ratio, cfg, inputs.kv_cache_dtype, dtype_bytes)
-            held = windowed
-            state = row * held
-            note = (f"1 row of {row} B per {ratio} tokens" + (" + indexer keys" if ratio == 4 else "") + "; " if ratio > 1 else "") \
-                + f"sliding window of {held:,} tokens per sequence; {V4_NOTE}"
+        if ratio is not None:  # DeepSeek-V4: compressed caches per token, windows per sequence
+            caches = v4_caches(ratio, cfg, inputs.kv_cache_dtype, dtype_bytes)
+            in_flight = (inputs.pp + 1) * batched  # vLLM's max_in_flight_tokens with async scheduling
+            n = sum(c.per_token() for c in caches)
+            state = sum(c.per_sequence(inputs.max_model_len, in_flight) for c in caches if c.window is not None)
+            tokens = inputs.max_model_len
+            n_seq = sum(c.per_sequence(inputs.max_model_len, in_flight) for c in caches if c.window is None)
+            note = "; ".join(_v4_part(c, inputs.max_model_len, in_flight) for c in caches) + f"; {V4_NOTE}"
+            line = lines.setdefault(kind, KvLine(kind, 0, n, note, state, tokens))
+            line.layers += 1
+            total_per_token += n
+            states += state
+            context_bytes += n_seq + state
+            continue
         elif kind in (LINEAR, MAMBA):
             state = recurrent_state_bytes(kind, cfg, tp)
             if state is None:

@@ -18,6 +18,10 @@ class TransformersCheck:
     model_class: str | None = None
     solved: tuple = ()  # (path tuple, before, after) edits found by the solver
     judge: dict | None = None  # the transformers that judged: version, origin, interpreter (core/checks/judge.py)
+    # the output model's tensors as transformers' meta build makes them, for parts without
+    # headers (core/checks/meta_weights.py; None: not asked for, or not built)
+    config_tensors: dict | None = None
+    config_tensors_problem: str = ""
 
     @property
     def judged_by(self) -> str:

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 
 from ..model.families.base import first_int
 from .build import text_config
+from .config_weights import config_weights
 
 COLUMN, ROW, KV, VOCAB, EXPERT, REPLICATED = "column", "row", "kv", "vocab", "expert", "replicated"
 
@@ -140,7 +141,17 @@ class RankWeights:
     expert_rank_bytes: list[list[int]]  # per stage, per EP rank: its experts (all 0 without EP)
     by_kind: dict[str, int] = field(default_factory=dict)  # partitioning -> bytes on that GPU (busiest stage)
     total_bytes: int = 0  # every retained tensor once
-    unknown_tensors: int = 0  # retained tensors whose shard is not on disk: not counted
+    unknown_tensors: int = 0  # retained tensors whose shard is not on disk and the config could not replace
+    config_bytes: int = 0  # of total_bytes: derived from the config (parts without headers; config_weights.py)
+    config_parts: list[str] = field(default_factory=list)  # those parts, in words
+    config_problem: str = ""  # why some part without headers was not derived (it counts 0 B)
+
+    @property
+    def source_of_figures(self) -> str:
+        """"headers", "config" or "headers and config": where the figure's bytes come from."""
+        if not self.config_bytes:
+            return "headers"
+        return "config" if self.config_bytes == self.total_bytes else "headers and config"
 
     @property
     def stage_bytes(self) -> list[int]:
@@ -172,7 +183,9 @@ class RankWeights:
     def to_json(self) -> dict:
         return {"tp": self.tp, "pp": self.pp, "dp": self.dp, "ep": self.ep, "per_gpu_bytes": self.per_gpu,
                 "stage_bytes": self.stage_bytes, "by_partitioning": dict(sorted(self.by_kind.items())),
-                "total_bytes": self.total_bytes, "unknown_tensors": self.unknown_tensors}
+                "total_bytes": self.total_bytes, "unknown_tensors": self.unknown_tensors,
+                "weights_from": self.source_of_figures, "config_bytes": self.config_bytes,
+                "config_parts": self.config_parts, "config_problem": self.config_problem or None}
 
 
 def rank_weights(plan, tp: int = 1, pp: int = 1, dp: int = 1, expert_parallel: bool = False) -> RankWeights:
@@ -194,12 +207,19 @@ def rank_weights(plan, tp: int = 1, pp: int = 1, dp: int = 1, expert_parallel: b
     by_kind: list[dict[str, int]] = [{} for _ in stages]
     expert_rank = [[0] * ep for _ in stages]
     total = unknown = 0
+    derived = config_weights(plan)
+    tensors = []
     for old, new in plan.renames:
+        if new in derived.skipped:
+            continue
         info = src.tensor(old)
         if not src.is_present(old):
             unknown += 1
             continue
-        total += info.nbytes
+        tensors.append((new, tuple(info.shape), info.nbytes))
+    tensors += [(name, shape, nbytes) for name, _, shape, nbytes in derived.tensors]
+    for new, shape, nbytes in tensors:
+        total += nbytes
         kind = partition_of(new)
         m = _LAYER_KEY.match(new)
         if m and m.group(1) in text_layer:
@@ -209,14 +229,15 @@ def rank_weights(plan, tp: int = 1, pp: int = 1, dp: int = 1, expert_parallel: b
         else:
             stage = last  # final norm, LM head, MTP layers
         if kind == EXPERT and ep > 1:
-            share = _expert_share(new, info.shape, info.nbytes, experts, ep)
+            share = _expert_share(new, shape, nbytes, experts, ep)
             for r, b in enumerate(share):
                 expert_rank[stage][r] += b
             continue
-        b = tp_bytes(new, info.shape, info.nbytes, kind, tp, kv_heads, vocab)
+        b = tp_bytes(new, shape, nbytes, kind, tp, kv_heads, vocab)
         plain[stage] += b
         by_kind[stage][kind] = by_kind[stage].get(kind, 0) + b
-    weights = RankWeights(tp, len(stages), dp, ep, plain, expert_rank, {}, total, unknown)
+    weights = RankWeights(tp, len(stages), dp, ep, plain, expert_rank, {}, total, unknown,
+                          derived.nbytes, derived.parts, derived.problem)
     stage_bytes = weights.stage_bytes
     busiest = max(range(len(stages)), key=stage_bytes.__getitem__)
     kinds = dict(by_kind[busiest])

@@ -53,7 +53,8 @@ def predict(out: Path, opts, gpu_total_bytes: int | None = None) -> dict:
     # serves float32, logs no weights figure)
     ranks = b.ranks if inv.source.shards else source_ranks
     extra = mla_runtime_copies(plan if inv.source.shards else source_plan, opts.tp) if (inv.source.shards or source_plan) else 0
-    return {"weights_bytes": ranks.per_gpu + extra if ranks else None, "available_kv_bytes": available, "kv_tokens": tokens,
+    return {"weights_bytes": ranks.per_gpu + extra if ranks else None,
+            "weights_from": ranks.source_of_figures if ranks else None, "available_kv_bytes": available, "kv_tokens": tokens,
             "max_concurrency": concurrency, "kv_bytes_per_token": b.kv_per_token,
             "weights_by_rank": {k: v + extra for k, v in ranks.by_worker().items()} if ranks else {}}
 
@@ -150,16 +151,20 @@ def _source_plan(out: Path, opts):
 
     from ..model.inventory import build_inventory
     from ..plan.build import Selection, build_plan
-    from ..read.source import CONFIG_ONLY, open_source
+    from ..read.source import COMPLETE, open_source
 
     try:
         doc = json.loads((out / "mxtrim-plan.json").read_text(encoding="utf-8"))
         source = open_source(Path(doc["source"]))
-        if source.state == CONFIG_ONLY:
-            return None
         kept = {k: tuple(v) for k, v in (doc.get("kept") or {}).items()}
         served_mtp = bool(doc.get("mtp_kept")) and bool(opts.speculative_mtp)
         plan = build_plan(build_inventory(source), Selection(kept, mtp=served_mtp))
+        if not plan.errors and source.state != COMPLETE:
+            # parts without headers: their weights come from the config, through transformers'
+            # meta build of the output config (made by the plan check, remembered)
+            from ..checks.plan_outcome import checked_plan_cached
+
+            plan = checked_plan_cached(plan, force=True)
     except Exception:  # the source moved, changed or cannot be read: no prediction
         return None
     return None if plan.errors else plan
@@ -171,7 +176,7 @@ def compare(predicted: dict, actual: StartupFigures) -> dict:
             for key in ("weights_bytes", "available_kv_bytes", "kv_tokens", "max_concurrency")}
     per_rank = _per_rank(predicted.get("weights_by_rank") or {}, actual)
     compared = [r["agrees"] for r in [*rows.values(), *per_rank.values()] if r["agrees"] is not None]
-    return {"figures": rows, "weights_by_rank": per_rank, "device": actual.device, "kv_bytes_per_token": predicted.get("kv_bytes_per_token"),
+    return {"figures": rows, "weights_by_rank": per_rank, "device": actual.device, "weights_from": predicted.get("weights_from"), "kv_bytes_per_token": predicted.get("kv_bytes_per_token"),
             "compared": len(compared), "agree": all(compared) if compared else None, "log_lines": list(actual.source_lines)}
 
 
@@ -197,6 +202,8 @@ def summary(check: dict) -> str:
     """One line: each compared figure, predicted / actual and the ratio; with several workers,
     each one's weights."""
     names = {"weights_bytes": "weights", "available_kv_bytes": "KV memory", "kv_tokens": "KV tokens", "max_concurrency": "concurrency"}
+    if check.get("weights_from") in ("config", "headers and config"):
+        names["weights_bytes"] = f"weights ({'from the config' if check['weights_from'] == 'config' else 'headers and config'})"
     parts = [f"{names[key]} {_compared(key, row)}" for key, row in check["figures"].items() if row["actual"] is not None]
     ranks = check.get("weights_by_rank") or {}
     if ranks:

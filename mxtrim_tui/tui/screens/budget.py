@@ -205,7 +205,10 @@ class BudgetScreen(WizardScreen):
         t.add_column()
         known = st.plan.retained_bytes_known
         t.add_row("weights", f"{shown_bytes(b.weights_bytes, known)} retained; {shown_bytes(b.weights_per_gpu, known)} per GPU at TP={inputs.tp}")
-        if not known:
+        origin = b.weights_origin()
+        if origin:
+            t.add_row("", Text(f"weights per GPU {origin}", style="yellow"))
+        elif not known:
             t.add_row("", Text("tensors in shards not on disk count as 0 B in the figures below", style="yellow"))
         for line in b.kv_lines:
             note = f" [dim]({line.note})[/]" if line.note else ""
