@@ -82,7 +82,9 @@ def current_judge() -> Judge:
         candidates.append((os.path.abspath(os.path.expanduser(kept)), "the wizard's vLLM interpreter setting"))
     passed_over = []
     for python, origin in candidates:
-        if not (os.path.isfile(python) and os.access(python, os.X_OK)):
+        unusable = _unusable(python)
+        if unusable:  # said, and the next place judges (the validation that uses it reports it too)
+            passed_over.append(f"{origin} {python} {unusable}")
             continue
         # named on the command line it judges, or says why it cannot; an interpreter from the
         # environment or the settings without transformers is passed over, and that is said
@@ -90,6 +92,31 @@ def current_judge() -> Judge:
             return Judge(python, origin)
         passed_over.append(f"{origin} {python} has no transformers")
     return Judge(sys.executable, "mxtrim's own" + (f" ({'; '.join(passed_over)})" if passed_over else ""))
+
+
+def unreadable_interpreter(path: str) -> str:
+    """Why ``path`` cannot be used as an interpreter when where it (or its links) points cannot
+    be read, "" when it can. Never raises: a folder on the way this user may not search, a
+    link loop, a name too long... each is a reason, not an error."""
+    try:
+        os.stat(path)
+    except FileNotFoundError:
+        return "no such file" if not os.path.lexists(path) else "a link to a file that does not exist"
+    except PermissionError:
+        return "cannot be used: permission denied reading where it points"
+    except (OSError, ValueError) as exc:
+        return f"cannot be used: {getattr(exc, 'strerror', None) or exc}"
+    return ""
+
+
+def _unusable(python: str) -> str:
+    """Why ``python`` cannot judge, "" when it can; never raises."""
+    why = unreadable_interpreter(python)
+    if why:
+        return why if why.startswith("cannot") else f"cannot be used: {why}"
+    if not os.path.isfile(python) or not os.access(python, os.X_OK):
+        return "cannot be used: not an executable file"
+    return ""
 
 
 @lru_cache(maxsize=8)

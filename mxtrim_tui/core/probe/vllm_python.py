@@ -25,6 +25,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..checks.judge import unreadable_interpreter
 from ..errors import InputError
 from ..user_settings import VLLM_PYTHON as SETTING
 
@@ -74,9 +75,12 @@ def probe(python: str, timeout: float = 60.0) -> tuple[dict | None, str]:
     if not python:
         return None, "empty"
     path = shutil.which(python) if os.sep not in python else python
-    if not path or not Path(path).exists():
+    if not path:
         return None, "no such file"
-    if not os.access(path, os.X_OK) or Path(path).is_dir():
+    unusable = unreadable_interpreter(path)
+    if unusable:
+        return None, unusable
+    if not os.access(path, os.X_OK) or os.path.isdir(path):
         return None, "not an executable file"
     try:
         proc = subprocess.run([path, "-I", "-c", PROBE], capture_output=True, text=True, timeout=timeout,
@@ -121,7 +125,11 @@ def local_places(cwd: str | None = None) -> list[tuple[str, str]]:
         here = Path(cwd or os.getcwd()).absolute()
     except OSError:  # the current directory was removed
         here = None
-    if here is not None and (root is None or here.resolve() != root):
+    try:
+        same = root is not None and here is not None and here.resolve() == root
+    except (OSError, RuntimeError):  # a link loop or a folder this user may not search
+        same = False
+    if here is not None and not same:
         places.append((str(here / VENV / "bin" / "python"), f"{VENV} of the current directory"))
     return places
 

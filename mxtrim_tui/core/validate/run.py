@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import subprocess
 import sys
 import time
@@ -160,10 +161,11 @@ def _source_tree_warning(env: dict, cwd: Path, module: str, label: str, markers:
     from elsewhere (or not at all)."""
     origin = (env.get("packages", {}).get(module) or {}).get("origin")
     for tree in (cwd, *cwd.parents):
-        if (tree / module / "__init__.py").exists() and any((tree / m).exists() for m in markers):
+        # os.path.exists: a folder this user may not search reads as absent, never raises
+        if os.path.exists(tree / module / "__init__.py") and any(os.path.exists(tree / m) for m in markers):
             try:
                 inside = bool(origin) and Path(origin).resolve().is_relative_to(tree.resolve())
-            except OSError:
+            except (OSError, RuntimeError):  # a link loop, a folder this user may not search
                 inside = False
             if inside:
                 return None
