@@ -322,9 +322,10 @@ def _serve_inputs(plan, raw: dict[str, str]):
     return parse_budget_inputs(raw, default_serve(plan))[0]
 
 
-def _budget_inputs(plan, raw: dict[str, str]):
+def _budget_inputs(plan, raw: dict[str, str], probe=None):
     """What the budget is computed for: the serve settings given (the report's defaults
-    elsewhere) and the GPU memory: --gpu-memory, else the first visible GPU's."""
+    elsewhere) and the GPU memory: --gpu-memory, else the first visible GPU's (``probe``: the
+    GPUs already read, else read here)."""
     from dataclasses import replace
 
     from .core.plan.budget import default_serve, parse_budget_inputs
@@ -333,7 +334,7 @@ def _budget_inputs(plan, raw: dict[str, str]):
     if inputs.gpu_total_bytes is None:
         from .core.probe.gpu import probe_gpus
 
-        probe = probe_gpus()
+        probe = probe if probe is not None else probe_gpus()
         if probe.available and probe.gpus and probe.gpus[0].total_bytes:
             inputs = replace(inputs, gpu_total_bytes=probe.gpus[0].total_bytes)
     return inputs
@@ -353,21 +354,27 @@ def cmd_plan(args) -> int:
             print(shard.file)
     elif args.json:
         from .core.plan.plan_json import plan_to_json
+        from .core.probe.gpu import probe_gpus, probe_json
 
-        json.dump(plan_to_json(plan, with_tensors=args.tensors, serve=_budget_inputs(plan, raw)), sys.stdout, indent=2)
+        probe = probe_gpus()  # the GPUs read: what the budget's memory figure comes from
+        doc = plan_to_json(plan, with_tensors=args.tensors, serve=_budget_inputs(plan, raw, probe)) | {"gpus": probe_json(probe)}
+        json.dump(doc, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
         from rich.console import Console
 
         from .core.plan.budget import compute_budget
-        from .render import render_budget, render_plan
+        from .core.probe.gpu import probe_gpus
+        from .render import render_budget, render_gpus, render_plan
 
         console = Console()
         # a selection that keeps nothing is no plan to show: its error line below says why; the
         # errors of a plan shown are said once, by that line
         if not (blocking and plan.errors and plan.new_depth == 0):
             render_plan(plan, console, repo=args.repo, errors=not blocking)
-            render_budget(compute_budget(plan, _budget_inputs(plan, raw)), console)
+            probe = probe_gpus()
+            render_gpus(probe, console, gpu_memory_flag="gpu_gib" in raw)
+            render_budget(compute_budget(plan, _budget_inputs(plan, raw, probe)), console)
     if blocking:
         print(_blocking_line(blocking, "; no plan file saved" if args.save else ""), file=sys.stderr)
         return 1

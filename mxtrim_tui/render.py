@@ -276,6 +276,28 @@ def render_budget(b, console: Console) -> None:
     console.print(t)
 
 
+def render_gpus(probe, console: Console, gpu_memory_flag: bool = False) -> None:
+    """The GPUs `mxtrim plan` read (name, memory used / total, the probe that answered), or
+    that none was found and what was tried; ``gpu_memory_flag``: the budget's GPU memory is
+    --gpu-memory's, not the first GPU's."""
+    from .core.probe.gpu import SOURCE_WORDS, TRIED
+
+    if not (probe.available and probe.gpus):
+        console.print(Text(f"GPUs: none found (tried {TRIED}): {probe.reason}", style="dim"))
+        return
+    source = SOURCE_WORDS.get(probe.source, probe.source or "?")
+    variable = {"nvidia": "CUDA_VISIBLE_DEVICES", "metax": "MACA_VISIBLE_DEVICES"}.get(probe.vendor)
+    head = f"GPUs ({probe.vendor}" + (f" driver {probe.driver}" if probe.driver else "") + f", read through {source}"
+    head += f"; {variable}={probe.visible_devices}" if variable and probe.visible_devices is not None else ""
+    console.print(Text(head + "):", style="bold"))
+    for n, g in enumerate(probe.gpus):
+        memory = (f"{human_bytes(g.used_bytes or 0)} / {human_bytes(g.total_bytes)} used" if g.total_bytes
+                  else "no dedicated memory (UMA)")
+        busy = f", {len(g.processes)} process(es)" if g.processes else ""
+        budget = "  ← the budget's GPU memory" if n == 0 and g.total_bytes and not gpu_memory_flag else ""
+        console.print(Text(f"  GPU {g.index}  {g.name}  {memory}{busy}{' (sliced instance)' if g.sliced else ''}{budget}"))
+
+
 def render_examples(folder, examples, python: str | None, now: dict | None, console: Console, note: str | None = None) -> None:
     """`mxtrim examples`: one row per reduced model (on a terminal too narrow for the table
     beside the whole names, a block per model), then each one's problems."""

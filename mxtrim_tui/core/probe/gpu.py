@@ -544,3 +544,22 @@ def probe_gpus(**metax) -> GpuProbe:
         return metax_probe
     return GpuProbe("none", False, f"{nvidia.reason}; {metax_probe.reason}")
 
+
+
+# what each source is called where a user reads which probe answered
+SOURCE_WORDS = {"pynvml": "NVML (pynvml)", "pymxml": "pymxml", "pymxsml": "pymxsml", "mx-smi": "mx-smi"}
+TRIED = "NVML (pynvml), pymxml, pymxsml, mx-smi"
+
+
+def probe_json(probe: GpuProbe) -> dict:
+    """The probe as ``mxtrim plan --json`` gives it: which source answered and each GPU's name
+    and memory, or that none was found and why (every source tried)."""
+    doc = {"found": bool(probe.available and probe.gpus), "vendor": probe.vendor,
+           "source": probe.source or None, "driver": probe.driver or None,
+           "visible_devices": probe.visible_devices}
+    if not doc["found"]:
+        return doc | {"tried": TRIED.split(", "), "reason": probe.reason}
+    doc["devices"] = [{"index": g.index, "name": g.name, "used_bytes": g.used_bytes, "total_bytes": g.total_bytes,
+                       "free_bytes": g.free_bytes, "processes": len(g.processes), "sliced": g.sliced}
+                      for g in probe.gpus]
+    return doc
