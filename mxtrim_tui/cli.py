@@ -493,7 +493,8 @@ def _write(args, request, plan, out: Path, serve, plan_check=None):
     ``plan_check``: the plan's transformers check, under way while a real-weight trim copies."""
     from .core.write.writer import write_dummy
 
-    progress = _progress_printer() if args.progress else _leftover_notices
+    # a real-weight copy takes minutes on a large source: on a terminal it says how it goes
+    progress = _progress_printer() if args.progress else WeightsProgress() if request.mode == "weights" else _leftover_notices
     if args.progress:
         progress({"event": "stage", "name": "plan", "status": "done", "kept": plan.kept, "output": str(out)})
     if request.mode == "weights":
@@ -732,6 +733,69 @@ def run_validation(out: Path, args, quiet: bool, vllm=None):
     # asked to serve and could not (busy or absent devices): not a success
     ok = v.ok and not (serve and opts.refused)
     return v, runs, ok
+
+
+class WeightsProgress:
+    """What a real-weight trim shows on stderr without --progress when stderr is a terminal
+    (over SSH too): a line when the copy starts, one per shard written, the bytes copied
+    rewritten in place as they go, and the verification. Written to a log or a pipe, only the
+    notice of a leftover removed (as for a dummy trim); stdout (--json) is never touched."""
+
+    def __init__(self, stream=None) -> None:
+        self.stream = stream or sys.stderr
+        self.tty = self.stream.isatty()
+        self.live = False
+        self.shard = ("", 0, 0)  # the shard being written: name, its number, of how many
+
+    def _say(self, line: str) -> None:
+        self._clear()
+        print(line, file=self.stream, flush=True)
+
+    def _clear(self) -> None:
+        if self.live:
+            self.stream.write("\r\x1b[K")
+            self.live = False
+
+    def _copying(self, done: int, total: int, eta) -> None:
+        import shutil
+
+        from .core.units import human_bytes
+
+        name, n, of = self.shard
+        where = f"shard {n}/{of} {name}: " if name else ""
+        left = f", about {eta:.0f} s left" if isinstance(eta, (int, float)) and done < total else ""
+        line = f"  {where}{human_bytes(done)} / {human_bytes(total)} ({done * 100 // max(total, 1)}%){left}"
+        self._clear()
+        self.stream.write(line[:max(10, shutil.get_terminal_size().columns - 1)])
+        self.stream.flush()
+        self.live = True
+
+    def __call__(self, event: dict) -> None:
+        from .core.progress import LeftoverRemoved, ShardWritten, Stage, TensorCopied, parse_event
+        from .core.units import human_bytes
+
+        typed = parse_event(event)
+        raw = typed.raw
+        if isinstance(typed, LeftoverRemoved):
+            self._say(f"mxtrim: removed {typed.path}, left by an interrupted run")
+        elif not self.tty:
+            return
+        elif isinstance(typed, Stage) and typed.name == "extract" and typed.status == "running":
+            self._say(f"copying {human_bytes(raw.get('total_bytes') or 0)} in {raw.get('total_tensors', '?')} tensors "
+                      f"into {raw.get('shards', '?')} shard(s)")
+        elif isinstance(typed, ShardWritten) and typed.status == "start":
+            self.shard = (typed.shard, raw.get("index", 0), raw.get("of", 0))
+        elif isinstance(typed, TensorCopied):
+            self._copying(typed.done_bytes, typed.total_bytes, raw.get("eta_s"))
+        elif isinstance(typed, ShardWritten) and typed.status == "done":
+            name, n, of = self.shard if self.shard[0] == typed.shard else (typed.shard, raw.get("index", 0), raw.get("of", 0))
+            self._say(f"  ✓ shard {n}/{of} {name} written ({human_bytes(typed.bytes)})")
+        elif isinstance(typed, Stage) and typed.name == "verify" and typed.status == "start":
+            self._say(f"verifying the copied tensors ({human_bytes(raw.get('total_bytes') or 0)})")
+        elif isinstance(typed, Stage) and typed.name == "verify" and typed.status == "done":
+            self._say(f"  ✓ {raw.get('hashes_matched', '?')} of {raw.get('tensors', '?')} tensors verified")
+        elif isinstance(typed, Stage) and typed.status == "done" and typed.name in ("extract", "write"):
+            self._clear()
 
 
 class ValidationProgress:
