@@ -481,8 +481,8 @@ def _append_harness_entry(config: Path, output: Path) -> dict:
 def _print_harness_text(appended: dict) -> None:
     names = ", ".join(repr(n) for n in appended["appended"])
     if names:
-        verb = "created" if appended["created"] else "appended to"
-        print(f"batched_test: {names} {verb} {appended['config']}:")
+        config = appended["config"]
+        print(f"batched_test: created {config} with {names}:" if appended["created"] else f"batched_test: {names} appended to {config}:")
         print(appended["text"], end="")
     if appended["already_present"]:
         print(f"batched_test: already in {appended['config']} (left as they are): {', '.join(appended['already_present'])}")

@@ -12,7 +12,7 @@ from rich.text import Text
 
 from .core.model.inventory import Inventory
 from .core.read.source import FileKind
-from .core.units import human_bytes, index_ranges, shown_bytes
+from .core.units import human_bytes, index_ranges, plural, shown_bytes
 
 PALETTE = (
     "bright_blue", "bright_magenta", "bright_green", "bright_yellow", "bright_cyan", "bright_red",
@@ -212,13 +212,14 @@ def render_plan(plan, console: Console, repo: str | None = None, errors: bool = 
     for e in plan.edits:
         field = e.dotted if e.file == "config.json" else f"{e.file}:{e.dotted}"
         edits.add_row(field, short_value(e.before, 60), short_value(e.after, 60))
-    console.print(edits)
+    # every layer kept (or nothing to rewrite): said, not an empty table
+    console.print(edits if plan.edits else Text("no configuration changes: the configuration is written as it is"))
     check = plan.transformers_check
     if check is not None:
         style = {"exact": "green", "mismatch": "bold red"}.get(check.status, "dim")
         console.print(Text(f"checked against transformers: {check.status} — {check.summary}", style=style))
-        if check.judged_by:
-            console.print(Text(f"   judged by {check.judged_by}", style="dim"))
+        if check.judge_line:
+            console.print(Text(f"   {check.judge_line}", style="dim"))
     for warning in plan.inventory.source.warnings:  # what reading the source found
         console.print(Text("⚠ " + warning, style="yellow"))
     for i in plan.issues:
@@ -327,7 +328,8 @@ def render_examples(folder, examples, python: str | None, now: dict | None, cons
         console.print(Text(f"Reduced models in {folder}", style="italic"))
         for e, mode, layers, source, validated, drift in rows:
             console.print(Text(e.name, style="bold"), soft_wrap=True)
-            line = Text.assemble("  ", mode, f" · {layers} layers · source ",
+            count = "— layers" if e.layers is None else plural(e.layers, "layer")
+            line = Text.assemble("  ", mode, f" · {count} · source ",
                                  (source, "red" if source in ("missing", "changed") else ""), f" · last validation: {validated}")
             if drift:
                 line.append(f" · drift: {drift}", style="yellow" if e.drift else "")

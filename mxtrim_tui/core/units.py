@@ -23,6 +23,12 @@ def human_bytes(n: int | float) -> str:
     raise AssertionError("unreachable")
 
 
+def plural(n: int, noun: str, many: str | None = None) -> str:
+    """``n`` and the noun agreeing with it: '1 layer', '2 layers', '0 layers' (``many``: a plural
+    other than noun + 's')."""
+    return f"{n} {noun if n == 1 else many or noun + 's'}"
+
+
 def shown_bytes(n: int | None, known: bool = True) -> str:
     """``human_bytes`` of a size that may be partly unknown (tensors in shards not on disk):
     "unknown" when nothing of it is known, "≥ X" when only part is."""

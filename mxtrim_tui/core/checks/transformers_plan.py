@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from ..plan.check_result import EXACT, MISMATCH, NOT_CHECKED, TransformersCheck
-from ..units import index_ranges
+from ..units import index_ranges, plural
 from .imports import import_torch_transformers, quiet_transformers as _quiet
 from .loader import LoaderUnavailable
 
@@ -215,7 +215,7 @@ def _describe_source_cached(_ident: int, key: _Key) -> SourceModel | str:
     prefix = text.layers[0].prefix
     path = text_layer_list(model, depth, prefix)
     if path is None:
-        return f"{type(model).__name__} has no text layer list of {depth} layers"
+        return f"{type(model).__name__} has no text layer list of {plural(depth, 'layer')}"
     layers = model.get_submodule(path)
     return SourceModel(
         builder, path, [module_signature(l) for l in layers], per_layer_entries(_text_dict(cfg), depth),
@@ -261,7 +261,7 @@ def layer_problems(src: SourceModel, out_cfg_dict: dict, kept: list[int]) -> lis
     except AttributeError:
         return f"the output model has no {src.stack_path}"
     if len(layers) != len(kept):
-        problems.append(f"the output config builds {len(layers)} text layers, {len(kept)} are kept")
+        problems.append(f"the output config builds {plural(len(layers), 'text layer')}, {len(kept)} {'is' if len(kept) == 1 else 'are'} kept")
     for j, i in enumerate(kept[: len(layers)]):
         got = module_signature(layers[j])
         if got != src.signatures[i]:

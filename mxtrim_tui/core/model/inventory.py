@@ -43,7 +43,7 @@ from .quant import Quantization, detect_quantization, estimated_weight_dtypes
 from ..errors import InputError
 from ..read.source import ModelSource, gc_paused
 from ..read.safetensors_io import ABSENT_DTYPE
-from ..units import index_ranges
+from ..units import index_ranges, plural
 
 
 # ---------------------------------------------------------------------------------------
@@ -750,7 +750,7 @@ def _add_declared_layers(
             top = max(have) + 1
             if top != want:
                 warnings.append(
-                    f"{sub}: the config declares {want} layers but the checkpoint has layers 0..{top - 1}"
+                    f"{sub}: the config declares {plural(want, 'layer')} but the checkpoint has layers 0..{top - 1}"
                 )
             missing = sorted(set(range(min(want, top))) - have)
             if missing:
@@ -814,7 +814,7 @@ def _depth_problems(
                 None,
             )
             said = f"{source_field} describes {depth} layer(s)" if source_field else f"the config declares {depth} layer(s)"
-            fix = f"give {source_field} one entry per layer ({top})" if source_field else f"declare {top} layers"
+            fix = f"give {source_field} one entry per layer ({top})" if source_field else f"declare {plural(top, 'layer')}"
         problems.append((
             f"config.json: {where}{said} but the checkpoint holds text layers 0..{top - 1}",
             f"{fix}, or give the checkpoint the layers the config declares"

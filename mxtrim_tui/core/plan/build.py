@@ -24,7 +24,7 @@ from ..read.source import CONFIG_ONLY
 from ..model.inventory import (
     PER_LAYER_LISTS, Inventory, LayerKind, is_layer_index_list, stack_config,
 )
-from ..units import index_ranges, shown_bytes
+from ..units import index_ranges, plural, shown_bytes
 
 CONFIG = "config.json"
 
@@ -488,7 +488,7 @@ def _check_text_kept(inv: Inventory, text_kept: list[int], issues: list[Issue]) 
                 "warning",
                 f"Qwen3-VL injects {deep} deepstack feature levels into text layers 0..{deep - 1}; with "
                 f"{len(text_kept)} text layer(s) the last {deep - len(text_kept)} level(s) are never consumed",
-                f"keep at least {deep} text layers",
+                f"keep at least {plural(deep, 'text layer')}",
             )
         )
     if "text" in inv.submodels and not text_kept and not issues:
@@ -503,7 +503,7 @@ def _no_text_stack(inv: Inventory) -> Issue:
     config = inv.source.config
     text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
     depth = first_int(text, "num_hidden_layers", "n_layer", "n_layers", "num_layers")
-    said = f" (config.json declares {depth} layers)" if depth else ""
+    said = f" (config.json declares {plural(depth, 'layer')})" if depth else ""
     if inv.source.state == CONFIG_ONLY:
         return Issue(
             "error",
@@ -600,7 +600,7 @@ def _rewrite_stack(ctx: TrimContext, stack: Stack | None, old_n: int, keep: list
                 if not entries_missing(f, v):
                     ctx.set(f, [v[i] for i in keep] + v[old_n:], "per-layer list re-sliced to the kept layers")
             elif not ctx.inventory.problems:  # else already a blocking error (Inventory.problems)
-                ctx.warn(f"{f} has {len(v)} entries but the stack has {old_n} layers; left unchanged")
+                ctx.warn(f"{f} has {len(v)} entries but the stack has {plural(old_n, 'layer')}; left unchanged")
     if lists:
         _rewrite_unlisted_per_layer_fields(ctx, old_n, keep, pos, lists, index_lists, entries_missing)
     for f in LIST_OR_SCALAR if lists else ():

@@ -28,6 +28,12 @@ class TransformersCheck:
         """"transformers 4.57.1 (/env/.../transformers; $MXTRIM_VLLM_PYTHON)", or ""."""
         return describe_judge(self.judge)
 
+    @property
+    def judge_line(self) -> str:
+        """"judged by transformers 4.57.1 (…)", or "not checked: transformers is not installed
+        in mxtrim's interpreter (PY)", or "" (no judge recorded)."""
+        return judge_line(self.judge)
+
     def to_json(self) -> dict:
         return {
             "status": self.status,
@@ -37,6 +43,24 @@ class TransformersCheck:
             "solved": [{"path": ".".join(map(str, p)), "before": b, "after": a} for p, b, a in self.solved],
             "judge": self.judge,
         }
+
+
+def judge_line(judge_doc: dict | None) -> str:
+    """What judged the check, said whole: "judged by transformers …", or, where that interpreter
+    has no transformers, "not checked: transformers is not installed in mxtrim's interpreter
+    (PY)" with any interpreter passed over on the way; "" when none is recorded."""
+    if not judge_doc:
+        return ""
+    if judge_doc.get("transformers"):
+        return "judged by " + describe_judge(judge_doc)
+    origin = judge_doc.get("chosen_by") or ""
+    python = judge_doc.get("python") or "?"
+    own = "mxtrim's own"
+    if origin.startswith(own):
+        passed = origin[len(own):].strip()
+        return (f"not checked: transformers is not installed in mxtrim's interpreter ({python})"
+                + (f"; {passed[1:-1]}" if passed.startswith("(") and passed.endswith(")") else ""))
+    return f"not checked: transformers is not installed in the interpreter named by {origin or '?'} ({python})"
 
 
 def describe_judge(judge_doc: dict | None) -> str:

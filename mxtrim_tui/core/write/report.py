@@ -14,7 +14,7 @@ from ..plan.config_edit import MISSING, short_value
 from ..probe.environment import environment
 from ..plan.budget import DEFAULT_GPU_MEMORY_UTILIZATION, BudgetInputs, default_serve
 from ..plan.build import TrimPlan
-from ..plan.check_result import describe_judge
+from ..plan.check_result import judge_line
 from ..read.source import FileKind
 from ..units import human_bytes, shown_bytes
 from .launch_text import output_warnings
@@ -304,7 +304,7 @@ def _config_section(add, plan: TrimPlan) -> None:
     check = plan.transformers_check
     if check is not None:
         add(f"**Checked against transformers before writing: {check.status}.** {check.summary}."
-            + (f" Judged by {check.judged_by}." if check.judged_by else ""))
+            + (f" {check.judge_line[0].upper()}{check.judge_line[1:]}." if check.judge_line else ""))
         for problem in check.problems[:10]:
             add(f"- {problem}")
         add("")
@@ -459,7 +459,8 @@ def _weights_sections(add, weights: dict) -> None:
     st = weights["structure"]
     add("## Structure check")
     add("")
-    add(f"**{st.status}** — {st.summary}" + (f" Judged by {describe_judge(st.judge)}." if st.judge else ""))
+    said = judge_line(st.judge)
+    add(f"**{st.status}** — {st.summary}" + (f" {said[0].upper()}{said[1:]}." if said else ""))
     add("")
     add("The reduced model is built from the output `config.json` on the `meta` device (no weights) and the written "
         "tensors' names and shapes are fed to transformers' own loader, with its key conversions. This checks names and "

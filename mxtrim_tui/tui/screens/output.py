@@ -101,9 +101,9 @@ class OutputScreen(WizardScreen):
             return
         from ...core.write.batched_test_entry import model_path_for
 
-        verb = "appends" if config.exists() else "creates"
-        shown.update(Text.assemble(f"{verb} the entry ", (repr(out.name), "bold green"), f" to {config} "
-                                   f"(model_path {model_path_for(out, config)})"))
+        entry = (repr(out.name), "bold green")
+        said = ("appends the entry ", entry, f" to {config} ") if config.exists() else (f"creates {config} with the entry ", entry, " ")
+        shown.update(Text.assemble(*said, f"(model_path {model_path_for(out, config)})"))
 
     def _batched_test_typed(self, value: str) -> None:
         self.app.state.batched_test_text = value.strip() or None

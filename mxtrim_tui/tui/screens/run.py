@@ -424,10 +424,11 @@ class RunScreen(WizardScreen):
             self._log(Text(f"batched_test entry not appended: {harness['error']}", style="bold red"))
             return
         names = ", ".join(repr(n) for n in harness.get("appended") or [])
-        verb = "created" if harness.get("created") else "appended to"
-        status.update(Text.assemble((f"✓ written: {out}", "bold green"), "\n",
-                                    (f"batched_test entry {names} {verb} {harness.get('config')}", "green")))
-        self._log(Text(f"batched_test entry {names} {verb} {harness.get('config')}:", style="bold green"))
+        config = harness.get("config")
+        said = (f"created {config} with the batched_test entry {names}" if harness.get("created")
+                else f"batched_test entry {names} appended to {config}")
+        status.update(Text.assemble((f"✓ written: {out}", "bold green"), "\n", (said, "green")))
+        self._log(Text(said + ":", style="bold green"))
         for line in str(harness.get("text") or "").splitlines():
             self._log(Text(line))
 

@@ -22,6 +22,17 @@ from .base import WizardScreen, focus_now
 TABS = ("issues", "coverage", "mapping", "diff", "shards")
 
 
+def spec_example(inv) -> str:
+    """A spec the loaded model takes, for the spec box's placeholder: the first text layer and
+    the last two ("0,6-7" of 8 layers, "0,1" of 2, "0" of 1)."""
+    text = inv.submodels.get("text")
+    indices = sorted(layer.index for layer in text.layers) if text is not None else []
+    if len(indices) < 3:
+        return ",".join(map(str, indices)) or "0"
+    last = f"{indices[-2]}-{indices[-1]}" if indices[-1] == indices[-2] + 1 else f"{indices[-2]},{indices[-1]}"
+    return f"{indices[0]},{last}"
+
+
 class SelectionScreen(WizardScreen):
     STEP = "selection"
     HELP = (
@@ -97,6 +108,7 @@ class SelectionScreen(WizardScreen):
 
     def show_plan(self, plan) -> None:
         inv = plan.inventory
+        self.query_one("#spec", Input).placeholder = f"spec {spec_example(inv)} (Enter applies)"
         table = self.query_one("#keep-table", DataTable)
         row = table.cursor_row
         table.clear()
