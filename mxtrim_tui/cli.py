@@ -114,7 +114,8 @@ def _parser() -> argparse.ArgumentParser:
     pl.add_argument("--out", type=Path, help="with --save: the output directory the plan file's trim writes")
     pl.add_argument("--tensors", action="store_true", help="with --json: list every tensor rename and drop")
     pl.add_argument("--fetch-list", action="store_true",
-                    help="print only the source shards a real-weight trim reads, one file name per line")
+                    help="print only the source shards a real-weight trim reads, one file name per line: every one "
+                    "of them, those already on disk included (stderr says how many are missing)")
     pl.add_argument("--python", metavar="PY",
                     help="the interpreter of the environment that will run the output: the transformers checks run in it "
                     "(default: $MXTRIM_VLLM_PYTHON, the wizard's kept setting, else this interpreter)")
@@ -350,8 +351,13 @@ def cmd_plan(args) -> int:
     if args.fetch_list:
         from .core.plan.needed_shards import needed_shards
 
-        for shard in needed_shards(plan):  # one name per line, for a downloader
+        needed = needed_shards(plan)
+        for shard in needed:  # one name per line, for a downloader (which skips what it already has)
             print(shard.file)
+        missing = sum(1 for shard in needed if not shard.present)
+        sys.stdout.flush()
+        print(f"mxtrim: {len(needed)} shard(s) listed, those on disk included: {len(needed) - missing} on disk, "
+              f"{missing} missing", file=sys.stderr)
     elif args.json:
         from .core.plan.plan_json import plan_to_json
         from .core.probe.gpu import probe_gpus, probe_json
