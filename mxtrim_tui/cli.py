@@ -665,7 +665,7 @@ def _serve_options(args, out: Path, plan_doc: dict, vllm=None):
     from .core.validate.devices import choose_devices
     from .core.probe.vllm_python import SETTING, find_vllm_python
     from .core.plan.budget import DEFAULT_GPU_MEMORY_UTILIZATION
-    from .core.validate.serve import ServeOptions, cpu_attention_backend, cpu_serve_dtype
+    from .core.validate.serve import ServeOptions, cpu_attention_backend, cpu_serve_dtype, required_kv_cache_dtype
 
     # before anything starts: which interpreter holds vLLM (one line naming every place tried if none)
     vllm = vllm or find_vllm_python(args.python, get_setting(SETTING))
@@ -699,6 +699,10 @@ def _serve_options(args, out: Path, plan_doc: dict, vllm=None):
                                                       or serve.get("gpu_memory_utilization") or DEFAULT_GPU_MEMORY_UTILIZATION),
         kv_cache_memory_bytes=args.kv_cache_memory_bytes or (64 * 2**20 if cpu else None),
         dtype=cpu_serve_dtype(out) if cpu else None,
+        # the output's chosen cache dtype, else what the family requires on a GPU (the CPU
+        # build picks its own)
+        kv_cache_dtype=(serve.get("kv_cache_dtype") if serve.get("kv_cache_dtype") not in (None, "auto") else None)
+        or (None if cpu else required_kv_cache_dtype(out)),
         attention_backend=cpu_attention_backend(out) if cpu else None,
         trust_remote_code=args.trust_remote_code,
         speculative_mtp=1 if args.speculative else 0,

@@ -116,3 +116,20 @@ def test_validate_tp_2_on_the_cpu_build_blames_the_host_not_the_trim(tmp_path):
     start = next(r for r in json.loads((out / "validation.json").read_text())["runs"][-1]["rows"] if r["check"] == "start-up")
     assert start["verdict"]["class"] == HOST
     assert servers(tmp_path) == []
+
+
+GPU_LOGS = Path(__file__).parent / "fixtures" / "gpu_logs"
+
+
+@pytest.mark.parametrize("log, category, said", [
+    # vLLM 0.26.0 on an H100, the published V4 FP8 config's --keep 0,3 dummy trim: the dummy load
+    # leaves the mHC broadcast weights unset (generic rules: "change the trim")
+    ("h100-0.26.0-deepseek-v4-dummy-mhc.log", "dummy initialisation or quantization post-processing limitation",
+     "--mode weights"),
+    # the same trim with that load finished: its KV groups cannot be paged together
+    ("h100-0.26.0-deepseek-v4-keep-0-3-pages.log", CONFIGURATION, "compress ratio 4"),
+])
+def test_what_vllm_0_26_refuses_of_deepseek_v4_is_said_with_its_reason(log, category, said):
+    v = verdict((GPU_LOGS / log).read_text(encoding="utf-8").splitlines())
+    assert v.category == category and said in v.advice, v
+    assert any(e.endswith("AssertionError") for e in v.evidence)

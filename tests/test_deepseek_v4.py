@@ -278,3 +278,34 @@ def test_the_long_prompt_is_counted_with_the_served_tokenizer(tokens_per_word):
     prompt, n = rq.long_prompt("http://x", "m", 128, count=count)
     assert n == counted[-1] and n > 128
     assert rq.long_prompt("http://x", "m", 128, count=lambda *a: None) == (" ".join(["fox"] * 144), None)
+
+
+@pytest.mark.parametrize("tokens_per_word", [3, 2, 1.3])
+def test_the_long_prompt_stays_within_the_context(tokens_per_word):
+    """A word of several tokens must not carry the prompt past the context: V4's top-k path
+    needs 2,048 tokens, and "fox" counted as two tokens each gave a 4,128-token prompt that a
+    4,096 context refused (HTTP 400, seen on an H100)."""
+    def count(base, model, prompt):
+        return int(len(prompt.split()) * tokens_per_word)
+
+    prompt, n = rq.long_prompt("http://x", "m", 2048, count=count, limit=4096 - 4)
+    assert 2048 < n <= 4092 and n == count(None, None, prompt)
+
+
+def test_served_with_the_fp8_cache_vllm_requires_of_v4(sources, tmp_path):
+    """vLLM 0.26.0 refuses DeepSeek-V4 with the default cache dtype ("DeepseekV4 fp8_ds_mla
+    layout only supports fp8 kv-cache, got auto", seen on an H100): the output's serve command
+    and validation's GPU server ask for fp8; another model's do not; a chosen dtype stays."""
+    from mxtrim_tui.core.validate.serve import ServeOptions, required_kv_cache_dtype, serve_argv
+
+    out = write_dummy(plan_for(sources["published"], ["0,3"]), tmp_path / "out").path
+    assert "--kv-cache-dtype fp8" in (out / "serve.sh").read_text()
+    assert "--kv-cache-dtype fp8" in (out / "README.md").read_text()
+    assert required_kv_cache_dtype(out) == "fp8"
+    argv = serve_argv(out, "dummy", ServeOptions(python="python", device="cuda", kv_cache_dtype=required_kv_cache_dtype(out)), 8000)
+    assert argv[argv.index("--kv-cache-dtype") + 1] == "fp8"
+    from mxtrim_tui.demo.build import build_demo
+
+    demo = build_demo(tmp_path / "demo")
+    other = write_dummy(plan_for(demo, ["0"]), tmp_path / "demo-out").path
+    assert required_kv_cache_dtype(other) is None and "--kv-cache-dtype" not in (other / "serve.sh").read_text()

@@ -272,7 +272,28 @@ NUMA = re.compile(r"Not enough allowed NUMA nodes to bind threads of (\d+) local
 # returns as HTTP 400 (vllm/entrypoints/serve/exception_handling/error_response.py)
 NON_FINITE = re.compile(r"Out of range float values are not JSON compliant")
 
+# vLLM 0.26.0's DeepSeek-V4 GPU model (models/deepseek_v4/nvidia/model.py) sets its first layer's
+# mHC broadcast weights in load_weights only, which --load-format dummy never calls (0.32.0 runs
+# it after any load); and its KV grouping (v1/core/kv_cache_utils.py) asserts that no
+# sliding-window group has a page larger than the compressed layers' (seen on an H100 for a kept
+# ratio-128 layer without a ratio-4 one)
+BARE_ASSERTION = re.compile(r"AssertionError\s*$")  # an assert without a message: its statement is the reason
+V4_DUMMY_MHC = re.compile(r"assert self\.hc_attn_fn_broadcast is not None")
+V4_PAGE_GROUPS = re.compile(r"assert max\(sm_page_sizes\) <= max\(all_page_sizes\)")
+V4_DUMMY_ADVICE = ("this vLLM's DeepSeek-V4 GPU model finishes its first layer's mHC weights only while real weights "
+                   "load (vLLM 0.26.0: finalize_mhc_broadcast_weights runs in load_weights, which --load-format dummy "
+                   "skips; 0.32.0 runs it after any load): no dummy output of this model starts on it. Validate a "
+                   "real-weight trim (--mode weights), or with a vLLM that finishes the dummy load")
+V4_PAGE_ADVICE = ("this vLLM's DeepSeek-V4 KV grouping (vLLM 0.26.0 v1/core/kv_cache_utils.py) needs the compressed "
+                  "layers' pages to be at least as large as every sliding-window group's: a kept ratio-128 layer "
+                  "without a ratio-4 (indexer) layer fails it. Keep a layer with compress ratio 4 beside it (the "
+                  "automatic set does), or validate with a vLLM that pads the groups (0.32.0)")
+
 SPECIFIC_RULES: list[Rule] = [
+    # what vLLM 0.26.0's DeepSeek-V4 path refuses (an AssertionError the generic rules would
+    # give no reason for)
+    Rule(DUMMY_LIMIT, BARE_ASSERTION, V4_DUMMY_ADVICE, context=V4_DUMMY_MHC),
+    Rule(CONFIGURATION, BARE_ASSERTION, V4_PAGE_ADVICE, context=V4_PAGE_GROUPS),
     # host and device limits, before anything that would blame the trim
     Rule(HOST, NUMA, _numa_advice),
     # more ranks than devices: vllm/config/parallel.py, vllm/v1/executor/ray_utils.py,

@@ -40,7 +40,15 @@ def predict(out: Path, opts, gpu_total_bytes: int | None = None) -> dict:
                           gpu_memory_utilization=opts.gpu_memory_utilization or VLLM_GPU_MEMORY_UTILIZATION, gpu_total_bytes=gpu_total_bytes,
                           kv_cache_dtype=opts.dtype if opts.dtype == "float32" else "auto")
     b = compute_budget(plan, inputs)
-    available = opts.kv_cache_memory_bytes if opts.kv_cache_memory_bytes is not None else b.available_kv_bytes
+    # weights as stored, and what vLLM derives from them while loading (the CPU build, which
+    # serves float32, logs no weights figure); a dummy output's are its source's (or config's)
+    ranks = b.ranks if inv.source.shards else source_ranks
+    extra = mla_runtime_copies(plan if inv.source.shards else source_plan, opts.tp) if (inv.source.shards or source_plan) else 0
+    weights = ranks.per_gpu + extra if ranks else None
+    # what vLLM leaves the cache: its budget less the weights it loaded and the profiling peak
+    available = opts.kv_cache_memory_bytes
+    if available is None and b.budget_bytes is not None:
+        available = b.budget_bytes - (weights or 0) - b.activation_bytes
     tokens = concurrency = None
     if available is not None and b.kv_per_token:
         exact = vllm_kv_capacity(plan, b, opts, available)
@@ -49,11 +57,7 @@ def predict(out: Path, opts, gpu_total_bytes: int | None = None) -> dict:
         else:
             tokens = max(0, available - b.state_bytes_per_seq * opts.max_num_seqs) // b.kv_per_token // BLOCK_SIZE * BLOCK_SIZE
             concurrency = tokens / opts.max_model_len
-    # weights as stored, and what vLLM derives from them while loading (the CPU build, which
-    # serves float32, logs no weights figure)
-    ranks = b.ranks if inv.source.shards else source_ranks
-    extra = mla_runtime_copies(plan if inv.source.shards else source_plan, opts.tp) if (inv.source.shards or source_plan) else 0
-    return {"weights_bytes": ranks.per_gpu + extra if ranks else None,
+    return {"weights_bytes": weights,
             "weights_from": ranks.source_of_figures if ranks else None, "available_kv_bytes": available, "kv_tokens": tokens,
             "max_concurrency": concurrency, "kv_bytes_per_token": b.kv_per_token,
             "weights_by_rank": {k: v + extra for k, v in ranks.by_worker().items()} if ranks else {}}
@@ -95,9 +99,15 @@ def vllm_kv_capacity(plan, budget, opts, available: int) -> tuple[int, float] | 
     ``cdiv(context, block)`` blocks per full-attention group and ``cdiv(min(window - 1 +
     batched, context), block) + 1`` per sliding group; tokens = blocks / per-request × context.
     None where that arithmetic is not modelled here (recurrent state, unequal pages)."""
-    from ..model.families.base import CHUNKED, DSA_FULL, DSA_SHARED, FULL, MLA, NOPE_GLOBAL, SLIDING
+    from ..model.families.base import CHUNKED, DSA_FULL, DSA_SHARED, FULL, MLA, NOPE_GLOBAL, SLIDING, compression_ratio
     from ..plan.build import text_config
 
+    if any(compression_ratio(line.kind) is not None for line in budget.kv_lines) and budget.kv_bytes_for_context:
+        # DeepSeek-V4: vLLM reports its capacity as concurrency × context, a request at the
+        # full context holding every cache of every layer (windows, compressed rows, indexer
+        # keys, compressor states: the budget's bytes of one sequence)
+        concurrency = available / budget.kv_bytes_for_context
+        return int(concurrency * opts.max_model_len), concurrency
     buckets: dict[str, list[int]] = {}
     for line in budget.kv_lines:
         if line.kind not in (FULL, SLIDING, NOPE_GLOBAL, MLA, DSA_FULL, DSA_SHARED, CHUNKED) or budget.state_bytes_per_seq:

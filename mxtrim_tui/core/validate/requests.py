@@ -143,18 +143,22 @@ def count_tokens(base: str, model: str, prompt: str) -> int | None:
     return count if type(count) is int else None
 
 
-def long_prompt(base: str, model: str, need: int, count=count_tokens) -> tuple[str, int | None]:
+def long_prompt(base: str, model: str, need: int, count=count_tokens, limit: int | None = None) -> tuple[str, int | None]:
     """A prompt of more than ``need`` tokens as the output's tokenizer counts them (asked of
-    the server: a word may be several tokens, or several words one), and its counted length
-    (None: the server could not count it; the prompt then has ``need`` + margin words)."""
-    words = need + LONG_MARGIN
+    the server: a word may be several tokens, or several words one), and at most ``limit``
+    (the context less the tokens asked for: a word of three tokens must not carry a prompt of
+    three times the aim past the context), and its counted length (None: the server could not
+    count it; the prompt then has ``need`` + margin words)."""
+    aim = need + LONG_MARGIN if limit is None else min(need + LONG_MARGIN, max(need + 1, limit))
+    words = aim
     prompt = " ".join([LONG_WORD] * words)
-    for _ in range(6):
+    for _ in range(8):
         n = count(base, model, prompt)
         if n is None:
             return prompt, None
-        if n > need:
+        if n > need and (limit is None or n <= limit):
             return prompt, n
-        words = max(words + 1, -(-words * (need + LONG_MARGIN) // max(n, 1)))
+        scaled = words * aim // max(n, 1)
+        words = max(words + 1, scaled) if n <= need else max(1, min(words - 1, scaled))
         prompt = " ".join([LONG_WORD] * words)
     return prompt, count(base, model, prompt)

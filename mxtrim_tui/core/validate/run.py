@@ -211,7 +211,8 @@ def serve_settings(opts: ServeOptions) -> dict:
     """What a server runs with, as validation.json records it: every setting that changes its
     outcome (an earlier run is reused only where they all match: ``batch.reuse``), the vLLM
     variables of its environment (``outcome_env``), and the GPUs it was placed on."""
-    return {"device": opts.device, "gpus": opts.gpus, "dtype": opts.dtype, "max_model_len": opts.max_model_len,
+    return {"device": opts.device, "gpus": opts.gpus, "dtype": opts.dtype, "kv_cache_dtype": opts.kv_cache_dtype,
+            "max_model_len": opts.max_model_len,
             "max_num_seqs": opts.max_num_seqs, "kv_cache_memory_bytes": opts.kv_cache_memory_bytes,
             "gpu_memory_utilization": opts.gpu_memory_utilization, "tp": opts.tp, "pp": opts.pp,
             "expert_parallel": opts.expert_parallel,
@@ -400,14 +401,18 @@ def long_input_length(out: Path, plan: dict) -> tuple[int | None, str]:
     return rq.long_input_need(output_text_config(out), kinds)
 
 
+LONG_DECODE_TOKENS = 4  # tokens the long-input request asks for
+
+
 def long_input_row(v: Validation, out: Path, plan: dict, opts: ServeOptions, base: str, emit) -> None:
     """A prompt past the window / top-k: the branch a plain request does not take."""
     threshold, label = long_input_length(out, plan)
     if threshold + 24 > opts.max_model_len:
         v.rows.append(Row(LONG_INPUT, UNVERIFIED, f"not run: a prompt past {label} needs --max-model-len > {threshold + 24} (now {opts.max_model_len})"))
     else:
-        prompt, _counted = rq.long_prompt(base, str(out), threshold)  # counted with the served tokenizer
-        r = rq.completion(base, str(out), prompt=prompt, max_tokens=4, name="long input")
+        # counted with the served tokenizer, within the context less the tokens asked for
+        prompt, _counted = rq.long_prompt(base, str(out), threshold, limit=opts.max_model_len - LONG_DECODE_TOKENS)
+        r = rq.completion(base, str(out), prompt=prompt, max_tokens=LONG_DECODE_TOKENS, name="long input")
         emit({"event": "request", **r.to_json()})
         past = (r.prompt_tokens or 0) > threshold
         status = PASSED if r.passed and past else FAILED

@@ -53,6 +53,7 @@ class ServeOptions:
     gpu_memory_utilization: float | None = None
     kv_cache_memory_bytes: int | None = None  # CPU: the KV budget (vLLM refuses to guess it there)
     dtype: str | None = None  # CPU: float32 is what the kernels of the CPU build run everywhere
+    kv_cache_dtype: str | None = None  # --kv-cache-dtype (None: vLLM's auto); see required_kv_cache_dtype
     attention_backend: str | None = None  # e.g. CPU_MLA (see cpu_attention_backend)
     enforce_eager: bool = True
     speculative_mtp: int = 0  # number of speculative tokens through the kept MTP layers
@@ -97,6 +98,8 @@ def serve_argv(out_dir: Path, mode: str, opts: ServeOptions, port: int) -> list[
         argv += ["--kv-cache-memory-bytes", str(opts.kv_cache_memory_bytes)]
     if opts.dtype:
         argv += ["--dtype", opts.dtype]
+    if opts.kv_cache_dtype:
+        argv += ["--kv-cache-dtype", opts.kv_cache_dtype]
     if opts.attention_backend:
         argv += ["--attention-backend", opts.attention_backend]
     if opts.enforce_eager:
@@ -125,6 +128,15 @@ def output_text_config(out_dir: Path) -> dict:
     cfg = output_config(out_dir)
     text = cfg.get("text_config")
     return text if isinstance(text, dict) else cfg
+
+
+def required_kv_cache_dtype(out_dir: Path) -> str | None:
+    """The KV cache dtype vLLM's GPU path requires of this output's family (DeepSeek-V4: fp8),
+    None where it takes any."""
+    from ..model.families import family_for
+
+    cfg = output_config(out_dir)
+    return family_for(cfg).kv_cache_dtype if cfg else None
 
 
 def batched_tokens(opts: ServeOptions) -> int:

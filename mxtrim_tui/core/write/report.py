@@ -58,8 +58,9 @@ def _serve_args(plan: TrimPlan, serve: BudgetInputs | None) -> list[str]:
         "--max-num-batched-tokens", str(s.max_num_batched_tokens or s.max_model_len),
         "--gpu-memory-utilization", utilization,
     ]
-    if s.kv_cache_dtype != "auto":
-        args += ["--kv-cache-dtype", s.kv_cache_dtype]
+    kv_cache_dtype = s.kv_cache_dtype if s.kv_cache_dtype != "auto" else plan.inventory.family.kv_cache_dtype
+    if kv_cache_dtype:
+        args += ["--kv-cache-dtype", kv_cache_dtype]
     return args
 
 

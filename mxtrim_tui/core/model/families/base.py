@@ -138,6 +138,9 @@ class Family:
     # selection while the heads are kept, and a target not kept is said (the heads' input
     # projection is sized for every target, so a shorter list no longer loads).
     target_lists: tuple[str, ...] = ()
+    # The --kv-cache-dtype vLLM's GPU path requires of this family where it takes no other
+    # (None: any); the serve command and validation's server pass it unless one is chosen.
+    kv_cache_dtype: str | None = None
 
 
 # --- small helpers shared by family modules -------------------------------------------

@@ -163,6 +163,10 @@ DEEPSEEK_V4 = Family(
     whole_fields=WHOLE_FIELDS,
     target_lists=("dspark_target_layer_ids",),
     formula_fix="keep hash-routed layers first; the compression ratios follow the kept layers (compress_ratios re-sliced)",
+    # vLLM's models/deepseek_v4/attention.py stores the cache in the fp8_ds_mla layout only:
+    # 0.26.0 refuses --kv-cache-dtype auto ("DeepseekV4 fp8_ds_mla layout only supports fp8
+    # kv-cache, got auto", seen on an H100), later versions turn auto into fp8
+    kv_cache_dtype="fp8",
 )
 
 FAMILIES = (DEEPSEEK_V4,)
