@@ -868,7 +868,9 @@ class ValidationProgress:
 def print_validation(v, runs: int) -> None:
     marks = {"passed": "✓", "failed": "✗", "unverified": "·", "not applicable": "-", "not comparable": "≠", "differs": "≠"}
     version = (v.environment.get("packages", {}).get("vllm") or {}).get("version")
-    print(f"vLLM {version + ' ' if version else ''}at {v.python} ({v.python_origin or 'given'})")
+    from .core.probe.vllm_python import origin_words
+
+    print(f"vLLM {version + ' ' if version else ''}at {v.python} ({origin_words(v.python_origin)})")
     if v.settings:
         print(f"served with: {v.settings_line()}")
     for r in v.rows:
@@ -882,6 +884,10 @@ def print_validation(v, runs: int) -> None:
         print(f"⚠ {v.environment['warning']}")
     if v.mode == "weights":
         print("loadable by this vLLM" if v.loadable else "not shown loadable (needs a real-weight start-up and generation)")
+    from .core.validate.headline import verdict
+
+    for line in verdict(v.to_json())[1]:  # the verdict, and what the server ran at against the planned settings
+        print(line)
     print(f"recorded in {v.output / 'validation.json'} (run {runs}) and README.md")
 
 

@@ -205,7 +205,7 @@ def test_the_readme_names_the_environment_validation_will_use(setup, tmp_path):
                     cwd=tmp_path, env=clean_env(tmp_path))
     assert r.returncode == 0, r.stderr
     section = (out / "README.md").read_text().partition("## Environment seen")[2].split("\n## ", 1)[0]
-    assert f"Validation environment (`mxtrim validate`): vLLM 0.32.0 at `{python}` (.venv-vllm of this checkout)" in section, section
+    assert f"Validation environment (`mxtrim validate`): vLLM 0.32.0 at `{python}` (found as .venv-vllm of this checkout)" in section, section
     assert "vllm: not installed" not in section
 
 

@@ -130,7 +130,7 @@ def test_validate_honours_the_variable_and_names_the_interpreter(envs, output, t
     assert doc["python"] == envs["with"] and doc["python_origin"] == "$MXTRIM_VLLM_PYTHON"
     assert doc["environment"]["executable"].startswith(str(Path(envs["with"]).parent.parent))
     proc = subprocess.run(cli("validate", str(output)), capture_output=True, text=True, env=env)
-    assert f"at {envs['with']} ($MXTRIM_VLLM_PYTHON)" in proc.stdout
+    assert f"at {envs['with']} (named by $MXTRIM_VLLM_PYTHON)" in proc.stdout
 
 
 def test_validate_uses_the_setting_the_wizard_keeps(envs, output, tmp_path):
@@ -204,4 +204,4 @@ def test_the_cli_finds_the_venv_vllm_that_make_makes(envs, output, tmp_path, whe
     origin = {"checkout": ".venv-vllm of this checkout", "current directory": ".venv-vllm of the current directory"}[where]
     assert doc["python"] == python and doc["python_origin"] == origin
     proc = mxtrim_from(copy, "validate", str(output), cwd=cwd, env=env)
-    assert f"vLLM 0.32.0 at {python} (.venv-vllm of " in proc.stdout
+    assert f"vLLM 0.32.0 at {python} (found as .venv-vllm of " in proc.stdout

@@ -62,6 +62,20 @@ class VllmPython:
         return "cli" if self.distribution in (None, "vllm") else "api_server"
 
 
+def origin_words(origin: str | None) -> str:
+    """Where the interpreter came from, said one way everywhere (the validate dialog, `mxtrim
+    validate`, the output's README): "named by --python", "named by $MXTRIM_VLLM_PYTHON",
+    "named in the wizard's vLLM interpreter setting", "found as .venv-vllm of this checkout",
+    "found as the vllm command on PATH (…)", "found as this interpreter"."""
+    if not origin:
+        return "where it came from is not recorded"
+    if origin in ("--python", f"${ENV_VAR}"):
+        return f"named by {origin}"
+    if origin.startswith("the wizard's"):
+        return f"named in {origin}"
+    return f"found as {origin}"
+
+
 def _found(python: str, origin: str, doc: dict) -> VllmPython:
     return VllmPython(python, origin, doc.get("version"), doc.get("distribution"))
 

@@ -8,6 +8,7 @@ import json
 import os
 from pathlib import Path
 
+from ..probe.vllm_python import origin_words
 from .run import FAILED, UNVERIFIED, Validation
 
 HISTORY = "validation.json"
@@ -81,7 +82,7 @@ def render_section(v: Validation, runs: int, integrity_rows: list[str]) -> str:
 
     vllm = (v.environment.get("packages", {}).get("vllm") or {}).get("version")
     lines = [SECTION, "", f"Last run {v.started} with `{v.python}`" + (f" (vLLM {vllm}" if vllm else " (")
-             + (f", found from {v.python_origin})" if v.python_origin else ")")
+             + (f", {origin_words(v.python_origin)})" if v.python_origin else ")")
              + f"; {runs} run(s) in `{HISTORY}`; server log in `logs/serve.log`.", ""]
     env_lines = environment_lines(v.environment)
     if env_lines:

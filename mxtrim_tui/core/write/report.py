@@ -336,7 +336,7 @@ def _environment_section(add) -> None:
     """Versions and import origins of the environment that wrote the output, and the one
     validation will use (vLLM is often in another environment than mxtrim)."""
     from ..probe.environment import validation_environment
-    from ..probe.vllm_python import ENV_VAR
+    from ..probe.vllm_python import ENV_VAR, origin_words
 
     add("## Environment seen")
     add("")
@@ -355,7 +355,7 @@ def _environment_section(add) -> None:
             f"lists them); name one with `--python PY`, `{ENV_VAR}=PY` or the wizard's validate dialog.")
     else:
         version = f"vLLM {found['version']}" if found["version"] else "vLLM"
-        add(f"Validation environment (`mxtrim validate`): {version} at `{found['python']}` ({found['origin']}); "
+        add(f"Validation environment (`mxtrim validate`): {version} at `{found['python']}` ({origin_words(found['origin'])}); "
             "a validation records its full versions in `validation.json`.")
     add("")
 
