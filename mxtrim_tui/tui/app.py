@@ -265,6 +265,11 @@ class MxtrimApp(App):
             if isinstance(focused, Input) and event.is_printable:
                 await focused._on_key(event)  # typed into the box, never a binding
                 return
+            if event.key == "escape" and isinstance(focused, Input) and isinstance(self.screen, WizardScreen):
+                # Escape leaves a step's text box (the next key is a step key again); outside a
+                # box it keeps its meaning (cancel a run, back), and in a dialog it closes it
+                self.screen.leave_box()
+                return
             if await self._check_bindings(event.key):  # the focused widget's bindings, then up to the app's
                 return
             (focused or self.screen)._forward_event(event)  # anything else the widget does with a key

@@ -110,6 +110,11 @@ class WizardScreen(Screen):
         the switch, so that a key typed right after the step key already meets the new focus."""
         if not isinstance(self.focused, Input) or not self.is_mounted:
             return
+        self.leave_box()
+
+    def leave_box(self) -> None:
+        """The focus leaves the text box for the step itself (its HOME widget where it can take
+        the focus, else nothing): the step's keys work again. Escape in a box does this."""
         try:
             home = self.query_one(self.HOME) if self.HOME else None
         except NoMatches:

@@ -56,20 +56,20 @@ class OutputScreen(WizardScreen):
     def compose(self) -> ComposeResult:
         yield from self.compose_header()
         with VerticalScroll(id="output-body"):
-            yield Label("Mode")
-            with RadioSet(id="mode"):
+            with RadioSet(id="mode"):  # titled "Mode" in its border: the step fits 80x24 unscrolled
                 yield RadioButton(Text(DUMMY_LABEL), value=True, id="mode-dummy")
                 yield RadioButton(Text(WEIGHTS_LABEL), id="mode-weights")
             yield Label("Output directory")
             yield TailInput(id="out-path")
             yield Static("", id="output-summary")
-            with Horizontal(id="batched-test-row"):  # one line: the step fits 80x24 unscrolled
+            with Horizontal(id="batched-test-row"):  # a box with a border and focus style, as the path box
                 yield Label("batched_test YAML ")
-                yield Input(placeholder="model list to append the harness entry to (empty: none)", id="batched-test", compact=True)
+                yield Input(placeholder="model list to append the harness entry to (empty: none)", id="batched-test")
             yield Static("", id="batched-test-summary")
         yield from self.compose_footer()
 
     def on_mount(self) -> None:
+        self.query_one("#mode", RadioSet).border_title = "Mode"
         # the wizard's state follows a box the moment it changes (a step key or Ctrl+S typed
         # right after the path meets it), the summaries when its Changed message arrives
         self.watch(self.query_one("#out-path", Input), "value", self._path_typed, init=False)

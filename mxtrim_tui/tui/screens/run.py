@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from rich.text import Text
 from textual import work
@@ -47,6 +48,12 @@ class RunProgress:
     bytes_copied: int = 0  # the largest byte count the extraction reported
 
 
+class ResultsBox(VerticalScroll):
+    """The validation's rows and the serve command: scrolls, and `r` gives it the whole screen."""
+
+    ALLOW_MAXIMIZE = True
+
+
 class ChildLine(Message):
     def __init__(self, stream: str, line: str) -> None:
         super().__init__()
@@ -70,7 +77,8 @@ class RunScreen(WizardScreen):
         "while you are at the bottom; `l` gives the log the whole screen and back). Escape cancels "
         "a running trim: the child is terminated and removes its partial output; with nothing "
         "running, Escape goes back to the output step. After a write, the serve command of the "
-        "output's README is shown here.\n\n"
+        "output's README is shown here (`c` copies it, after a validation too). The line over the "
+        "results says what they hold; they scroll, and `r` gives them the whole screen and back.\n\n"
         "`v` opens the validate dialog: the output to validate (the one just written, or any other "
         "directory mxtrim wrote), the vLLM interpreter, and the checks — vllm serve, speculative "
         "decoding through a kept MTP layer, equivalence with the original model (real weights). "
@@ -86,6 +94,7 @@ class RunScreen(WizardScreen):
     BINDINGS = [
         Binding("v", "validate", "Validate", id="run.validate"),
         Binding("l", "toggle_log", "Log on the whole screen", id="run.log", show=False),  # the log title says it
+        Binding("r", "toggle_results", "Results on the whole screen", id="run.results", show=False),  # their title says it
         Binding("c", "copy_command", "Copy command", id="run.copy"),
         Binding("escape", "cancel", "Cancel", id="run.cancel"),
         Binding("escape", "back", "Back", id="run.back", show=False),  # ^b Back is shown
@@ -103,6 +112,7 @@ class RunScreen(WizardScreen):
         self.validation = ValidationView()
         self.serve_command = ""  # the command shown under the log (the README's, or the one validation ran)
         self.worked_on = None  # the output this step wrote or validated last: what `v` offers
+        self._wrote_nothing = False  # the last trim was cancelled or failed: no output to offer
 
     def compose(self) -> ComposeResult:
         yield from self.compose_header()
@@ -116,14 +126,18 @@ class RunScreen(WizardScreen):
             # before the pending scroll has happened, and then stops following for good).
             # Long lines wrap: nothing of a server's error is cut off at 80 columns.
             yield RichLog(id="run-log", max_lines=LOG_LINES, wrap=True, markup=False, highlight=False, auto_scroll=False)
-            with VerticalScroll(id="run-validation-box"):
+            # what a run leaves: the validation's rows and the output's serve command, in one box
+            # that scrolls, under a line saying what it holds (r: the whole screen)
+            yield Static("", id="run-results-title")
+            with ResultsBox(id="run-validation-box"):
                 yield Static("", id="run-validation")
-            yield Static("", id="run-serve")
+                yield Static("", id="run-serve")
         yield from self.compose_footer()
 
     def on_mount(self) -> None:
         self.query_one("#run-log", RichLog).anchor()
         self.query_one("#run-progress", ProgressBar).display = False  # no bar until something runs
+        self._show_results_title()
 
     def action_toggle_log(self) -> None:
         """The log takes the whole screen (a validation's server log at 80×24), and back."""
@@ -131,6 +145,30 @@ class RunScreen(WizardScreen):
             self.minimize()
         else:
             self.maximize(self.query_one("#run-log", RichLog), container=False)
+
+    def action_toggle_results(self) -> None:
+        """The validation's rows and the serve command take the whole screen, and back."""
+        if self.maximized is not None:
+            self.minimize()
+        else:
+            self.maximize(self.query_one("#run-validation-box", VerticalScroll), container=False)
+
+    def _show_results_title(self) -> None:
+        """One line over the results: how many rows, whether a serve command follows, and how to
+        see them all (the box scrolls; r gives it the whole screen). Hidden while it is empty."""
+        title = self.query_one("#run-results-title", Static)
+        rows = self.validation.rows
+        parts = []
+        if rows:
+            counts: dict[str, int] = {}
+            for r in rows:
+                counts[r.get("status", "?")] = counts.get(r.get("status", "?"), 0) + 1
+            parts.append(f"{len(rows)} checks (" + " · ".join(f"{n} {status}" for status, n in counts.items()) + ")")
+        if self.serve_command:
+            parts.append("the serve command")
+        title.display = bool(parts)
+        if parts:
+            title.update(Text("Below: " + ", then ".join(parts) + " · r: whole screen", style="bold"))
 
     @property
     def running(self) -> bool:
@@ -148,7 +186,9 @@ class RunScreen(WizardScreen):
         if action == "cancel":
             return self.busy
         if action == "validate":
-            return not self.busy
+            # after a trim that wrote nothing, `v` is not offered unless an output written before is
+            # there to validate (the dialog would offer nothing that exists)
+            return not self.busy and not (self._wrote_nothing and not _is_output(self.worked_on))
         if action == "copy_command":
             return bool(self.serve_command)
         if action == "back":
@@ -163,10 +203,18 @@ class RunScreen(WizardScreen):
 
     def _show_command(self, title: str, command: str) -> None:
         self.serve_command = command
-        shown = self.query_one("#run-serve", Static)
-        shown.set_class(self.kind == "validate", "-validation")  # a few lines under the validation's rows
-        shown.update(Text(f"{title} (c copies it):\n{command}", style="cyan"))
+        self.query_one("#run-serve", Static).update(Text(f"{title} (c copies it):\n{command}", style="cyan"))
+        self._show_results_title()
         self.refresh_bindings()
+
+    def _show_output_command(self, output) -> None:
+        """The output's own serve command (its README's, from mxtrim-plan.json): what `c` copies
+        after a validation too, never the CPU command the validation's server ran with."""
+        from ...core.validate.headline import planned_serve
+
+        command = (planned_serve(output) or {}).get("command") if output else None
+        if isinstance(command, str) and command:
+            self._show_command("the output's serve command, as in its README.md", command)
 
     def action_copy_command(self) -> None:
         if self.serve_command:
@@ -191,7 +239,9 @@ class RunScreen(WizardScreen):
 
         set_setting(SETTING, request.typed_python or None)
         self.worked_on = request.output
-        argv = [sys.executable, "-m", "mxtrim_tui", "validate", str(request.output), "--python", request.python, "--json", "--progress"]
+        # no --python: the child finds the interpreter by the same rule as the dialog did (the
+        # setting was just kept), so the record says where it came from, not "--python"
+        argv = [sys.executable, "-m", "mxtrim_tui", "validate", str(request.output), "--json", "--progress"]
         argv += ["--serve"] if request.serve else []
         argv += ["--speculative"] if request.speculative else []
         argv += ["--equivalence"] if request.equivalence else []
@@ -222,8 +272,14 @@ class RunScreen(WizardScreen):
         self.query_one("#run-stats", Static).update("")
         self.query_one("#run-serve", Static).update("")
         self.serve_command = ""
+        self._wrote_nothing = False
+        self.query_one("#run-body").remove_class("-finished")
         if kind != "validate":
+            self.validation = ValidationView()
             self.query_one("#run-validation", Static).update("")
+        else:
+            self._show_output_command(_validated_output(argv))
+        self._show_results_title()
         self.refresh_bindings()
         self._run(argv)
 
@@ -328,10 +384,11 @@ class RunScreen(WizardScreen):
             self._log(Text(shown, style="yellow" if event.stream == "stderr" else ""))
         elif isinstance(event, Check):
             self.validation.add(event.raw)
-            self.query_one("#run-validation", Static).update(self.validation.render())
+            self._show_rows()
         elif isinstance(event, Serve) and event.status == "starting":
-            self._show_command("the server validation started", shlex.join(event.command))
-            self._log(Text("[serve] starting", style="cyan"))
+            # the validation's own server (on CPU: small context, one sequence) is in the log; `c`
+            # copies the output's serve command, shown below the rows
+            self._log(Text("[serve] starting: " + shlex.join(event.command), style="cyan"))
         elif isinstance(event, Serve):
             self._log(Text(f"[serve] {event.status} ({event.signal or 'exited'}, status {event.returncode})", style="cyan"))
         elif isinstance(event, Memory) and "figures" in event.raw:
@@ -347,7 +404,7 @@ class RunScreen(WizardScreen):
         status = self.query_one("#run-status", Static)
         if message.cancelled:
             status.update(Text("validation stopped — its server was shut down", style="bold yellow"))
-            self.query_one("#run-validation", Static).update(self.validation.render() if self.validation.rows else "")
+            self._show_rows()
             return
         try:
             doc = json.loads(message.stdout)
@@ -355,15 +412,20 @@ class RunScreen(WizardScreen):
             doc = None
         if not isinstance(doc, dict):
             status.update(Text(f"✗ validation could not run (exit {message.returncode}): {self._last_error or 'see the log'}", style="bold red"))
-            self.query_one("#run-validation", Static).update(self.validation.render() if self.validation.rows else "")
+            self._show_rows()
             return
         self.validation = ValidationView.from_json(doc)
-        self.query_one("#run-validation", Static).update(self.validation.render())
+        self._show_rows()
         status.update(self.validation.headline(doc))
+
+    def _show_rows(self) -> None:
+        self.query_one("#run-validation", Static).update(self.validation.render() if self.validation.rows else "")
+        self._show_results_title()
 
     def on_child_exited(self, message: ChildExited) -> None:
         self.process = None
         self._starting = False
+        self.query_one("#run-body").add_class("-finished")
         self.refresh_bindings()
         status = self.query_one("#run-status", Static)
         stats = self.query_one("#run-stats", Static)
@@ -375,6 +437,8 @@ class RunScreen(WizardScreen):
             self._validation_exited(message)
             return
         if message.cancelled:
+            self._wrote_nothing = True
+            self.refresh_bindings()
             status.update(Text("cancelled — the partial output was removed; nothing was written", style="bold yellow"))
             stats.update(f"stopped after {elapsed:.1f} s")
             bar.update(total=1, progress=0)
@@ -382,6 +446,8 @@ class RunScreen(WizardScreen):
         doc = _json_doc(message.stdout)
         if message.returncode != 0 and not _written_despite_harness(doc):
             reason = self._last_error or "see the log above"
+            self._wrote_nothing = True
+            self.refresh_bindings()
             status.update(Text(f"✗ failed (exit {message.returncode}): {reason}", style="bold red"))
             stats.update(f"stopped after {elapsed:.1f} s; nothing was written")
             bar.update(total=1, progress=0)
@@ -440,6 +506,15 @@ class RunScreen(WizardScreen):
         self.query_one("#run-status", Static).update(Text("cancelling…", style="yellow"))
 
 
+def _validated_output(argv: list[str]) -> str | None:
+    """The output a `mxtrim validate OUT …` child validates."""
+    return argv[argv.index("validate") + 1] if "validate" in argv[:-1] else None
+
+
+def _is_output(path) -> bool:
+    return path is not None and (Path(path) / "mxtrim-plan.json").is_file()
+
+
 def _json_doc(stdout: str) -> dict:
     try:
         doc = json.loads(stdout)
@@ -488,15 +563,14 @@ class ValidationView:
         text.rstrip()
         return text
 
-    def headline(self, doc: dict) -> Text:
-        failed = [r for r in self.rows if r.get("status") == "failed"]
-        unverified = sum(1 for r in self.rows if r.get("status") == "unverified")
-        if failed:
-            first = failed[0]
-            why = f" — {first['verdict']['class']}" if first.get("verdict") else ""
-            return Text(f"✗ validation with {doc.get('python', '?')}: {first['check']} failed{why} (details in README.md, logs/serve.log)", style="bold red")
-        passed = sum(1 for r in self.rows if r.get("status") == "passed")
-        differs = [r.get("check") for r in self.rows if r.get("status") in ("differs", "not comparable")]
-        extra = " · loadable by this vLLM" if doc.get("loadable") else ""
-        extra += f" · {', '.join(differs)}: see below" if differs else ""
-        return Text(f"✓ validated with {doc.get('python', '?')}: {passed} checks passed, {unverified} unverified{extra}", style="bold green")
+    @staticmethod
+    def headline(doc: dict) -> Text:
+        """The engine's verdict (as `mxtrim validate` prints it): passed or the first failure, and
+        the settings served against those the output was planned for."""
+        from ...core.validate.headline import verdict
+
+        passed, lines = verdict(doc)
+        text = Text(lines[0], style="bold green" if passed else "bold red")
+        for line in lines[1:]:
+            text.append("\n" + line, style="yellow" if "not tested" in line else "green")
+        return text

@@ -20,7 +20,7 @@ from textual.widgets import Button, Checkbox, Input, Label, Static
 from ...core.errors import InputError
 from ...core.user_settings import get_setting
 from ...core.validate.run import read_output
-from ...core.probe.vllm_python import SETTING, VllmNotFound, VllmPython, find_vllm_python
+from ...core.probe.vllm_python import SETTING, VllmNotFound, VllmPython, find_vllm_python, origin_words
 from .base import TailInput
 
 
@@ -43,6 +43,15 @@ def output_problem(text: str) -> tuple[dict | None, str]:
         return read_output(Path(text.strip()).expanduser()), ""
     except InputError as exc:
         return None, str(exc)
+
+
+class MarkedCheckbox(Checkbox):
+    """A check box whose state reads without colour: ▐X▌ ticked, ▐ ▌ cleared (Textual's shows
+    ▐X▌ either way, told apart by colour only)."""
+
+    @property
+    def BUTTON_INNER(self) -> str:  # noqa: N802 (Textual's name, read when the box is drawn)
+        return "X" if self.value else " "
 
 
 class ValidateDialog(ModalScreen["ValidateRequest | None"]):
@@ -72,9 +81,9 @@ class ValidateDialog(ModalScreen["ValidateRequest | None"]):
             yield Static("$MXTRIM_VLLM_PYTHON comes first when set; empty: a vllm on PATH, then this interpreter",
                          id="validate-python-rule")
             yield Static("looking for vLLM …", id="validate-found")
-            yield Checkbox("start vllm serve (health, completion, chat, long input)", True, id="validate-serve")
-            yield Checkbox("speculative decoding through the kept MTP layer", False, id="validate-speculative")
-            yield Checkbox("equivalence with the original model (real weights)", False, id="validate-equivalence")
+            yield MarkedCheckbox("start vllm serve (health, completion, chat, long input)", True, id="validate-serve")
+            yield MarkedCheckbox("speculative decoding through the kept MTP layer", False, id="validate-speculative")
+            yield MarkedCheckbox("equivalence with the original model (real weights)", False, id="validate-equivalence")
             with Horizontal(id="validate-buttons"):
                 yield Button("Start (Enter / Ctrl+S)", id="validate-start", variant="primary")
                 yield Button("Cancel (Esc)", id="validate-cancel")
@@ -138,7 +147,7 @@ class ValidateDialog(ModalScreen["ValidateRequest | None"]):
         if found is None:
             line.update(Text("✗ " + why, style="bold red"))
         else:
-            line.update(Text(f"✓ vLLM {found.version or '?'} at {found.python} (from {found.origin})", style="green"))
+            line.update(Text(f"✓ vLLM {found.version or '?'} at {found.python} ({origin_words(found.origin)})", style="green"))
 
     # --- answer ----------------------------------------------------------------------------
     @on(Button.Pressed, "#validate-start")

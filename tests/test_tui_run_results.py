@@ -1,0 +1,253 @@
+"""What the run step and its dialogs tell a user after a run, in the wizard driven by Pilot:
+the verdict says which planned serve settings a validation did not test (and `mxtrim
+validate` says the same); Escape leaves a text box; `c` copies the output's own serve
+command after a validation; the validate dialog's check boxes read without colour; where the
+vLLM interpreter came from is said one way; the results and the serve command are reachable
+at 80×24 and 100×30; a cancelled trim offers no validation of an output that is not there.
+
+The validations here run the real `mxtrim validate` child: offline checks in the vLLM of
+`.venv-vllm` (imported, never served) and a stand-in server started through `--launcher`
+(real HTTP on loopback, tests/test_validate_flow.py's)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from textual.widgets import Checkbox, Input
+
+from engine_support import REPO, cli_argv, run_cli
+from fixtures.tiny_models import make_servable_llama
+from mxtrim_tui.core.probe.vllm_python import local_places as REAL_LOCAL_PLACES
+from mxtrim_tui.demo.build import build_demo
+from mxtrim_tui.tui.screens.validate_dialog import ValidateDialog
+from test_validate_flow import STAND_IN
+from tui_support import burst, make_app, no_vllm_in_the_environment, plain, screen_lines, settle, wait_for  # noqa: F401 (autouse)
+
+VLLM_PYTHON = os.environ.get("MXTRIM_VLLM_PYTHON") or str(REPO / ".venv-vllm" / "bin" / "python")
+needs_vllm_env = pytest.mark.skipif(not Path(VLLM_PYTHON).exists(),
+                                    reason="no vLLM environment (.venv-vllm, made by `make vllm`) to run the offline checks in")
+NOT_TESTED = "planned TP 2, context 32,768, 16 sequences: not tested"
+SERVED = "at TP 1, context 256, 1 sequence"
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    return build_demo(tmp_path_factory.mktemp("demo") / "mxtrim-demo")
+
+
+@pytest.fixture(scope="module")
+def planned(tmp_path_factory):
+    """A dummy output planned for TP 2, context 32,768 and 16 sequences, and a stand-in server."""
+    root = tmp_path_factory.mktemp("planned")
+    src = make_servable_llama(root / "llama", layers=2)
+    out = root / "llama-tp2"
+    r = run_cli("trim", str(src), "--mode", "dummy", "--keep", "0", "--out", str(out),
+                "--tp", "2", "--max-model-len", "32768", "--max-num-seqs", "16")
+    assert r.returncode == 0, r.stderr
+    script = root / "stand_in.py"
+    script.write_text(STAND_IN)
+    return {"out": out, "script": script, "command": json.loads((out / "mxtrim-plan.json").read_text())["serve"]["command"]}
+
+
+def validate_args(planned) -> list[str]:
+    """`mxtrim validate OUT` on CPU (TP 1, context 256, one sequence) with the stand-in server."""
+    return ["validate", str(planned["out"]), "--python", VLLM_PYTHON, "--serve", "--device", "cpu", "--timeout", "60",
+            "--launcher", f"{sys.executable} {planned['script']} ok"]
+
+
+async def at_run_step(app, pilot):
+    await settle(app, pilot)
+    app.action_goto("run")
+    await settle(app, pilot)
+    return app.get_screen("run")
+
+
+async def validated_in_the_wizard(app, pilot, planned):
+    run = await at_run_step(app, pilot)
+    run.start(cli_argv(*validate_args(planned), "--json", "--progress"), kind="validate")
+    assert await wait_for(pilot, lambda: run.process is None and not run._starting and "validat" in plain(run.query_one("#run-status"))
+                          and "…" not in plain(run.query_one("#run-status")), timeout=180)
+    await settle(app, pilot, extra=0.3)
+    return run
+
+
+# --- item 1: the verdict names what was not tested ---------------------------------------------
+
+@pytest.mark.slow
+@needs_vllm_env
+def test_the_cli_verdict_says_which_planned_settings_were_not_tested(planned):
+    r = subprocess.run(cli_argv(*validate_args(planned)), capture_output=True, text=True, timeout=300)
+    lines = r.stdout.splitlines()
+    verdict = [line for line in lines if line.startswith(("✓ validated", "✗ validation"))]
+    assert verdict and verdict[0].startswith("✓ validated"), r.stdout + r.stderr[-2000:]
+    after = lines[lines.index(verdict[0]) + 1]
+    assert after == f"Served on cpu {SERVED}; {NOT_TESTED}", r.stdout
+
+
+@pytest.mark.asyncio
+@pytest.mark.slow
+@needs_vllm_env
+async def test_the_wizard_verdict_says_which_planned_settings_were_not_tested(tmp_path, demo, planned):
+    app, _ = make_app(tmp_path, demo)
+    async with app.run_test(size=(100, 30)) as pilot:
+        run = await validated_in_the_wizard(app, pilot, planned)
+        status = " ".join(plain(run.query_one("#run-status"), width=300).split())
+        assert status.startswith("✓ validated") and f"Served on cpu {SERVED}; {NOT_TESTED}" in status, status
+
+
+# --- item 3: c copies the output's own serve command -------------------------------------------
+
+@pytest.mark.asyncio
+@pytest.mark.slow
+@needs_vllm_env
+async def test_after_a_validation_c_copies_the_output_s_serve_command(tmp_path, demo, planned):
+    app, _ = make_app(tmp_path, demo)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await validated_in_the_wizard(app, pilot, planned)
+        await pilot.press("c")
+        await settle(app, pilot)
+        # the README's command (TP 2, context 32,768), not the CPU one the validation's server ran
+        assert app.clipboard == planned["command"]
+        assert "--tensor-parallel-size 2" in app.clipboard and "--max-model-len 256" not in app.clipboard
+        assert planned["command"] in (planned["out"] / "README.md").read_text()
+
+
+# --- item 6: the results and the serve command are reachable at 80×24 and 100×30 --------------
+
+@pytest.mark.asyncio
+@pytest.mark.slow
+@needs_vllm_env
+@pytest.mark.parametrize("size", [(80, 24), (100, 30)])
+async def test_after_a_validation_its_rows_and_the_serve_command_are_reachable(tmp_path, demo, planned, size):
+    app, _ = make_app(tmp_path, demo)
+    async with app.run_test(size=size) as pilot:
+        run = await validated_in_the_wizard(app, pilot, planned)
+        # a line over the results says what they hold and how to see them all
+        shown = " ".join(" ".join(screen_lines(app)).split())
+        assert "Below: 12 checks (" in shown and "then the serve command · r: whole screen" in shown, shown
+        await pilot.press("r")
+        await settle(app, pilot)
+        assert run.maximized is run.query_one("#run-validation-box")
+        everything = "\n".join(screen_lines(app))
+        for row in run.validation.rows:
+            assert f"{row['check']}: {row['status']}" in everything, everything
+        assert " ".join(planned["command"].split()) in " ".join(everything.split()), everything  # all of it, wrapped
+        await pilot.press("r")
+        await settle(app, pilot)
+        assert run.maximized is None
+
+
+# --- item 2: Escape leaves a text box ----------------------------------------------------------
+
+@pytest.mark.asyncio
+async def test_escape_leaves_a_text_box_then_the_step_keys_work(tmp_path, demo):
+    app, _ = make_app(tmp_path, demo)
+    async with app.run_test(size=(80, 24)) as pilot:
+        assert await wait_for(pilot, lambda: app.state.plan is not None)
+        await settle(app, pilot)
+        await pilot.press("4")
+        await settle(app, pilot)
+        tp = app.screen.query_one("#in-tp", Input)
+        app.screen.set_focus(tp)
+        before = tp.value
+        burst(app, "end", "escape", "5")  # was: "5" typed into the box (TP 25)
+        await settle(app, pilot)
+        assert app.screen.id == "output" and tp.value == before
+        yaml = app.screen.query_one("#batched-test", Input)
+        app.screen.set_focus(yaml)
+        burst(app, "escape", "w")  # was: "w" typed into the YAML box
+        await settle(app, pilot)
+        assert yaml.value == "" and app.state.mode == "weights"
+        # the YAML box looks like the other boxes: a border (three lines), a focus style
+        assert yaml.outer_size.height == 3 == app.screen.query_one("#out-path", Input).outer_size.height
+        app.screen.set_focus(yaml)
+        await settle(app, pilot)
+        assert yaml.styles.border_top[0] != "" and yaml.has_focus
+        # Escape outside a box keeps its meaning: back from the run step
+        await pilot.press("6")
+        await settle(app, pilot)
+        await pilot.press("escape")
+        await settle(app, pilot)
+        assert app.screen.id == "output"
+
+
+# --- item 4: check boxes read without colour ----------------------------------------------------
+
+@pytest.mark.asyncio
+async def test_the_validate_dialog_s_check_boxes_read_differently_on_and_off(tmp_path, demo):
+    app, _ = make_app(tmp_path, demo)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await at_run_step(app, pilot)
+        await pilot.press("v")
+        await settle(app, pilot)
+        assert isinstance(app.screen, ValidateDialog)
+        box = app.screen.query_one("#validate-serve", Checkbox)
+        on = box.render().plain
+        box.value = False
+        await settle(app, pilot)
+        off = box.render().plain
+        assert box.value is False and on != off
+        assert "▐X▌" in on and "▐X▌" not in off
+        line = next(line for line in screen_lines(app) if "start vllm serve" in line)
+        assert "X" not in line.split("start vllm serve")[0]  # on screen too, not only by colour
+
+
+# --- item 5: where the interpreter came from, said one way ------------------------------------
+
+@pytest.mark.asyncio
+@pytest.mark.slow
+@needs_vllm_env
+async def test_the_dialog_and_the_readme_say_alike_where_vllm_was_found(tmp_path, demo, planned, monkeypatch):
+    """No --python, variable or setting: the checkout's .venv-vllm is found. The README's
+    validation section says so as the dialog did (it said "found from --python")."""
+    from mxtrim_tui.core.probe import vllm_python
+
+    if Path(VLLM_PYTHON) != REPO / ".venv-vllm" / "bin" / "python":
+        pytest.skip("the vLLM environment is not the checkout's .venv-vllm")
+    monkeypatch.setattr(vllm_python, "local_places", REAL_LOCAL_PLACES)  # the checkout's .venv-vllm, as a user has it
+    app, _ = make_app(tmp_path, demo)
+    async with app.run_test(size=(120, 40)) as pilot:
+        run = await at_run_step(app, pilot)
+        await pilot.press("v")
+        dialog = app.screen
+        dialog.query_one("#validate-output", Input).value = str(planned["out"])
+        found = lambda: plain(dialog.query_one("#validate-found"), width=400)  # noqa: E731
+        assert await wait_for(pilot, lambda: "✓ vLLM" in found(), timeout=60)
+        assert "(found as .venv-vllm of this checkout)" in found(), found()
+        dialog.query_one("#validate-serve", Checkbox).value = False  # offline checks only
+        await settle(app, pilot)
+        await pilot.press("ctrl+s")
+        assert await wait_for(pilot, lambda: run.process is None and not run._starting
+                              and "…" not in plain(run.query_one("#run-status")), timeout=180)
+    readme = (planned["out"] / "README.md").read_text()
+    section = readme[readme.index("## Validation"):]
+    assert "found as .venv-vllm of this checkout)" in section.splitlines()[2], section
+    assert "--python" not in section.splitlines()[2]
+
+
+# --- item 7: a cancelled trim offers no validation of what is not there -----------------------
+
+def footer_keys(app) -> list[str]:
+    return [b.binding.key for b in app.screen.active_bindings.values() if b.binding.show and b.enabled]
+
+
+@pytest.mark.asyncio
+async def test_after_a_cancelled_trim_the_footer_offers_no_validation(tmp_path, demo):
+    app, ws = make_app(tmp_path, demo)
+    async with app.run_test(size=(100, 30)) as pilot:
+        run = await at_run_step(app, pilot)
+        assert "v" in footer_keys(app) and "Validate" in screen_lines(app)[-1]  # nothing run yet: v opens the dialog
+        # a trim child that is cancelled while it copies (as test_tui_first_use's)
+        run.start([sys.executable, "-c", "import time, sys; print('{\"event\": \"tensor\", \"done_bytes\": 1, \"total_bytes\": 9}', "
+                   "file=sys.stderr, flush=True); time.sleep(60)"])
+        assert await wait_for(pilot, lambda: run.running)
+        await pilot.pause(0.3)
+        await pilot.press("escape")
+        assert await wait_for(pilot, lambda: run.process is None and "cancelled" in plain(run.query_one("#run-status")), timeout=30)
+        await settle(app, pilot)
+        assert "v" not in footer_keys(app) and "Validate" not in screen_lines(app)[-1]
