@@ -21,13 +21,13 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT)]
+sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
+
+from gpu_validation import mxtrim, validate_json  # noqa: E402
 
 V4_CONFIG = ROOT / "tests/fixtures/published_workspace/tools/batched_test/models/DeepSeek-V4-Flash-FP8_sgl_project/config.json"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja")
@@ -40,10 +40,6 @@ CASES = {
     "demo_weights_equivalence": ("demo", ["--mode", "weights"], ["--equivalence"]),
     "demo_dummy_speculative": ("demo", ["--mode", "dummy"], ["--speculative"]),
 }
-
-
-def mxtrim(*args: str, timeout: float = 1800) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "mxtrim_tui", *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT)
 
 
 def source(kind: str, work: Path) -> Path:
@@ -107,15 +103,7 @@ def main() -> int:
                 results[name] = {"error": proc.stderr[-3000:]}
                 path.write_text(json.dumps(results, indent=1))
                 continue
-        started = time.monotonic()
-        proc = mxtrim("validate", str(out), "--device", args.device, "--json", "--timeout", args.timeout, "--serve",
-                      *validate_flags, timeout=float(args.timeout) * 4)
-        try:
-            doc = json.loads(proc.stdout)
-        except ValueError:
-            doc = {"error": (proc.stderr or proc.stdout)[-3000:]}
-        doc["wall_s"] = round(time.monotonic() - started, 1)
-        doc["exit"] = proc.returncode
+        doc = validate_json(out, args.device, args.timeout, *validate_flags)
         results[name] = doc
         path.write_text(json.dumps(results, indent=1))
         print(f"{name}: exit {doc['exit']} in {doc['wall_s']} s", flush=True)

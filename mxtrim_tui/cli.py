@@ -745,17 +745,14 @@ def run_validation(out: Path, args, quiet: bool, vllm=None):
     return v, runs, ok
 
 
-class WeightsProgress:
-    """What a real-weight trim shows on stderr without --progress when stderr is a terminal
-    (over SSH too): a line when the copy starts, one per shard written, the bytes copied
-    rewritten in place as they go, and the verification. Written to a log or a pipe, only the
-    notice of a leftover removed (as for a dummy trim); stdout (--json) is never touched."""
+class _LiveLines:
+    """Lines on a stream (stderr), where on a terminal one line may be shown in place
+    (``live``) and is cleared before the next line."""
 
     def __init__(self, stream=None) -> None:
         self.stream = stream or sys.stderr
         self.tty = self.stream.isatty()
-        self.live = False
-        self.shard = ("", 0, 0)  # the shard being written: name, its number, of how many
+        self.live = False  # a line shown in place, to be cleared before the next line
 
     def _say(self, line: str) -> None:
         self._clear()
@@ -765,6 +762,18 @@ class WeightsProgress:
         if self.live:
             self.stream.write("\r\x1b[K")
             self.live = False
+
+
+class WeightsProgress(_LiveLines):
+    """What a real-weight trim shows on stderr without --progress when stderr is a terminal
+    (over SSH too): a line when the copy starts, one per shard written, the bytes copied
+    rewritten in place as they go, and the verification. Written to a log or a pipe, only the
+    notice of a leftover removed (as for a dummy trim); stdout (--json) is never touched."""
+
+    def __init__(self, stream=None) -> None:
+        super().__init__(stream)
+        self.shard = ("", 0, 0)  # the shard being written: name, its number, of how many
+
 
     def _copying(self, done: int, total: int, eta) -> None:
         import shutil
@@ -808,7 +817,7 @@ class WeightsProgress:
             self._clear()
 
 
-class ValidationProgress:
+class ValidationProgress(_LiveLines):
     """What a validation shows on stderr as it goes: the server command and where its log
     goes, a line per stage, on a terminal the server's latest log line (rewritten in place);
     the log itself stays in the file. When a server check fails, the last lines of the log."""
@@ -818,20 +827,10 @@ class ValidationProgress:
     def __init__(self, stream=None) -> None:
         from collections import deque
 
-        self.stream = stream or sys.stderr
-        self.tty = self.stream.isatty()
+        super().__init__(stream)
         self.tail: deque[str] = deque(maxlen=self.TAIL)
         self.log = ""
-        self.live = False  # a log line shown in place, to be cleared before the next line
 
-    def _say(self, line: str) -> None:
-        self._clear()
-        print(line, file=self.stream, flush=True)
-
-    def _clear(self) -> None:
-        if self.live:
-            self.stream.write("\r\x1b[K")
-            self.live = False
 
     def __call__(self, event: dict) -> None:
         import shutil
