@@ -59,12 +59,14 @@ def demo(tmp_path_factory) -> Path:
 
 
 def _run(prefix: list[str], *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    # wide lines: rich breaks a word longer than the line (a temporary path under pytest-xdist's
+    # per-worker folder) with a space, which no joining of the words undoes
     return subprocess.run(prefix + cli_argv(*args), capture_output=True, text=True, cwd=REPO,
-                          env={**os.environ, **(env or {})}, timeout=600)
+                          env={**os.environ, "COLUMNS": "400", **(env or {})}, timeout=600)
 
 
 def _said(proc: subprocess.CompletedProcess) -> str:
-    return " ".join((proc.stdout + proc.stderr).split())  # rich wraps at the pipe's 80 columns
+    return " ".join((proc.stdout + proc.stderr).split())
 
 
 def test_plan_says_the_named_judge_cannot_be_used_and_checks_with_its_own(demo, locked_python):
