@@ -89,7 +89,7 @@ def current_judge() -> Judge:
         # named on the command line it judges, or says why it cannot; an interpreter from the
         # environment or the settings without transformers is passed over, and that is said
         if origin == "--python" or versions(python).get("transformers"):
-            return Judge(python, origin)
+            return Judge(python, origin + (f" ({'; '.join(passed_over)})" if passed_over else ""))
         passed_over.append(f"{origin} {python} has no transformers")
     return Judge(sys.executable, "mxtrim's own" + (f" ({'; '.join(passed_over)})" if passed_over else ""))
 

@@ -17,7 +17,7 @@ import hashlib
 import sys
 
 from . import cache as check_cache
-from .judge import Judge, current_judge, judge_record
+from .judge import Judge, current_judge, judge_record, same_interpreter
 from ..plan.build import Issue, Selection, TrimPlan, build_plan
 from ..plan.check_result import NOT_CHECKED, TransformersCheck
 from ..plan.plan_file import TrimRequest
@@ -139,8 +139,10 @@ class PlanCheck:
         if outcome is not None:
             try:
                 judge = (outcome.get("check") or {}).get("judge")
-                if isinstance(judge, dict):  # an interpreter passed over is said as it is now
-                    judge["chosen_by"] = current_judge().origin
+                now = current_judge()
+                # an interpreter passed over is said as it is now, when the same one judges now
+                if isinstance(judge, dict) and same_interpreter(str(judge.get("python") or ""), now.python):
+                    judge["chosen_by"] = now.origin
                 self._checked = apply_outcome(plan, outcome)
             except (KeyError, TypeError, ValueError):
                 pass  # an entry of another shape: check again
