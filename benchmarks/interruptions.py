@@ -66,7 +66,7 @@ def mxtrim(*args: str, python_flags: tuple[str, ...] = ()) -> list[str]:
     return [sys.executable, *python_flags, "-m", "mxtrim_tui", *args]
 
 
-# The first engine module the CLI imports (mxtrim_tui/cli.py): by then the interpreter is up
+# The first engine module the CLI imports (mxtrim_tui/cli/main.py): by then the interpreter is up
 # and mxtrim's entry point guards the rest of the start-up.
 STARTUP_MARK = "mxtrim_tui.core.errors"
 
