@@ -4,7 +4,10 @@
 and a real-weight trim checks the planned output's structure (while the script copies). Both
 import torch and transformers, seconds of work and a few hundred MB. They run in one child
 (``python -I -m mxtrim_tui.core.checks.child``), started on the first check a run needs and
-kept for the next: requests and answers are JSON lines on its stdin / stdout. The child is in
+kept for the next: requests and answers are JSON lines on its stdin / stdout. This module is
+the asking half (start, send, receive); the child's half, which answers each request with the
+check it names, is :mod:`.child_dispatch`, so the checks that ask import this module and the
+dispatcher imports them, never the other way round. The child is in
 its own session (a terminal's Ctrl-C reaches mxtrim, which stops it), gets a parent-death
 signal where mxtrim can set one, and is stopped when mxtrim exits. Verdicts already
 remembered (:mod:`.cache`) need no child at all.
@@ -38,8 +41,8 @@ BOOT = (
     "module = importlib.util.module_from_spec(spec)\n"
     "sys.modules['mxtrim_tui'] = module\n"
     "spec.loader.exec_module(module)\n"
-    "from mxtrim_tui.core.checks.child import _child_main\n"
-    "sys.exit(_child_main())\n"
+    "from mxtrim_tui.core.checks.child_dispatch import main\n"
+    "sys.exit(main())\n"
 )
 
 
@@ -141,33 +144,3 @@ class CheckChild:
             self.proc.wait()
         if CheckChild._shared is self:
             CheckChild._shared = None
-
-
-def _answer(request: dict) -> dict:
-    if request.get("op") == "plan":
-        from .plan_outcome import outcome_for_request
-
-        return outcome_for_request(request)
-    if request.get("op") == "structure":
-        from .structure import check_planned
-
-        return check_planned(request).to_json()
-    return {"error": f"unknown request {request.get('op')!r}"}
-
-
-def _child_main() -> int:
-    from .judge import _versions_here
-
-    judge = _versions_here()  # what judges here: every answer names it
-    for line in sys.stdin:
-        try:
-            answer = dict(_answer(json.loads(line)), judge=judge)
-        except Exception as exc:  # noqa: BLE001 - the asker reports it in one line
-            answer = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}
-        sys.stdout.write(json.dumps(answer) + "\n")
-        sys.stdout.flush()
-    return 0
-
-
-if __name__ == "__main__":  # python -m mxtrim_tui.core.checks.child (by hand)
-    sys.exit(_child_main())
