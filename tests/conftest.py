@@ -9,6 +9,26 @@ if _TESTS not in sys.path:
 # the user's own records never show in a test and no test leaves one in the user's home.
 import os
 import tempfile
+import time
+
+import pytest
+
+from home_guard import changed_under, watched_folders
+
+# The user's own folders, read before anything below points them elsewhere: the suite must
+# leave them as they were (checked when the run ends, pytest_sessionfinish).
+# (parallel workers inherit the run's environment, already pointed elsewhere: they read the
+# controller's record of the real folders)
+import json
+
+REAL_FOLDERS = json.loads(os.environ.setdefault("MXTRIM_TEST_REAL_FOLDERS", json.dumps(watched_folders(dict(os.environ)))))
+STARTED = time.time()
+# pip keeps finding the package index the user configured in the real home (tests resolve
+# and install wheels), without writing its cache there
+_pip_conf = os.path.join(os.path.expanduser("~"), ".config", "pip", "pip.conf")
+if "PIP_CONFIG_FILE" not in os.environ and os.path.isfile(_pip_conf):
+    os.environ["PIP_CONFIG_FILE"] = _pip_conf
+os.environ.setdefault("PIP_NO_CACHE_DIR", "1")
 
 os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="mxtrim-test-state-")
 # the transformers checks' verdicts (core/checks/cache.py) and vLLM's model-inspection cache:
@@ -41,3 +61,28 @@ def pytest_collection_modifyitems(config, items):
         return 0 if item.get_closest_marker("vllm") else 1 if item.get_closest_marker("slow") else 2
 
     items.sort(key=rank)
+
+
+@pytest.fixture(autouse=True)
+def private_home(tmp_path_factory, monkeypatch):
+    """Every test runs with its own HOME and XDG_CONFIG_HOME (recent sources, settings, key
+    map, vLLM's usage file), under pytest's temporary folder; XDG_CACHE_HOME and XDG_STATE_HOME
+    are this run's temporary folders (above: the remembered verdicts are shared by the
+    parallel workers)."""
+    home = tmp_path_factory.mktemp("home")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
+    yield home
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """The run fails when anything under the user's real home or XDG folders changed while it
+    ran (the controller checks, once, after every worker is done)."""
+    if hasattr(session.config, "workerinput"):
+        return
+    changed = changed_under(REAL_FOLDERS, STARTED, exclude=[os.path.dirname(_TESTS), tempfile.gettempdir()])
+    if changed:
+        shown = "\n  ".join(changed[:20])
+        session.config.get_terminal_writer().line(
+            f"the suite wrote under the user's real home or XDG folders:\n  {shown}", red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -1,13 +1,15 @@
 """The engine's folders follow the pipeline: each stage imports only the stages before it and
-the shared modules, so there is no upward arrow and no cycle between folders. Every import
-counts, those inside functions included."""
+the shared modules, so there is no upward arrow and no cycle between folders; and no two
+modules of the whole package (engine, CLI, wizard) import each other, directly or round a
+circle. Every import counts, those inside functions included."""
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
-CORE = Path(__file__).resolve().parent.parent / "mxtrim_tui" / "core"
+PACKAGE = Path(__file__).resolve().parent.parent / "mxtrim_tui"
+CORE = PACKAGE / "core"
 # the pipeline, in order: a stage may import the ones before it
 STAGES = ["read", "model", "plan", "checks", "probe", "write", "validate"]
 # modules directly under core/, shared by every stage: they import no stage
@@ -101,3 +103,99 @@ def test_no_function_of_the_product_is_over_80_lines():
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > 80:
                 long.append(f"{path.relative_to(CORE.parent.parent)}:{node.lineno} {node.name} ({node.end_lineno - node.lineno + 1} lines)")
     assert long == []
+
+
+def _module_graph(files: dict[str, str]) -> dict[str, set[str]]:
+    """module -> the modules of ``files`` ({dotted name: source}) it imports. ``from a import b``
+    names module ``a.b`` when there is one, else ``a``; a package's ``__init__`` is the
+    package's own name."""
+    graph = {}
+    for name, text in files.items():
+        package = name.split(".") if name in _packages(files) else name.split(".")[:-1]
+        targets = set()
+        for _, module in _imports(text, package):
+            parts = module.split(".")
+            while parts and ".".join(parts) not in files:
+                parts.pop()
+            if parts and ".".join(parts) != name:
+                targets.add(".".join(parts))
+        graph[name] = targets
+    return graph
+
+
+def _packages(files: dict[str, str]) -> set[str]:
+    return {n for n in files if any(other.startswith(n + ".") for other in files)}
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The groups of two or more modules that reach each other (strongly connected components,
+    Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, targets = work[-1]
+            for nxt in targets:
+                if nxt not in index:
+                    index[nxt] = low[nxt] = len(index)
+                    stack.append(nxt)
+                    on_stack.add(nxt)
+                    work.append((nxt, iter(sorted(graph.get(nxt, ())))))
+                    break
+                if nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    group = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        group.append(member)
+                        if member == node:
+                            break
+                    if len(group) > 1:
+                        groups.append(sorted(group))
+    return groups
+
+
+def _package_files() -> dict[str, str]:
+    files = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        files[".".join(parts)] = path.read_text(encoding="utf-8")
+    return files
+
+
+def test_no_two_modules_import_each_other():
+    assert _circles(_module_graph(_package_files())) == []
+
+
+def test_a_circle_between_modules_is_found():
+    """The circle test reads relative, absolute and in-function imports, through packages, and
+    finds a circle of three as well as a pair (it would pass vacuously otherwise)."""
+    files = {
+        "pkg": "",
+        "pkg.entry": "def main():\n    from .cli import run\n",
+        "pkg.cli": "from pkg.entry import main\n",
+        "pkg.sub": "",
+        "pkg.sub.a": "from . import b\n",
+        "pkg.sub.b": "import pkg.sub.c\n",
+        "pkg.sub.c": "def f():\n    from .a import x\n",
+        "pkg.sub.d": "from .a import x\nfrom ..cli import y\n",
+    }
+    assert sorted(_circles(_module_graph(files))) == [["pkg.cli", "pkg.entry"], ["pkg.sub.a", "pkg.sub.b", "pkg.sub.c"]]
+    assert len(_module_graph(_package_files())) > 100  # the whole package is read

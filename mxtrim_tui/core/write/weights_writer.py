@@ -600,12 +600,10 @@ def write_weights(
         rename_into_place(tmp, out)
         emit({"event": "stage", "name": "write", "status": "done", "output": str(out)})
     except OSError as exc:
-        _stop_checks(check, job, plan_check)
-        _remove_partial_output(tmp, script_tmp)
+        _abandon(check, job, plan_check, tmp, script_tmp)
         raise write_failed(out, exc) from None
     except BaseException:
-        _stop_checks(check, job, plan_check)
-        _remove_partial_output(tmp, script_tmp)
+        _abandon(check, job, plan_check, tmp, script_tmp)
         raise
     return WeightsWriteResult(out, files, not_copied, estimate, integrity, result, done.get("method", ""), timings,
                               warnings=warnings, plan=plan)
@@ -760,6 +758,15 @@ def _structure_stage(job: StructureJob | StructureResult, emit, cancel) -> Struc
         result = job
     emit({"event": "stage", "name": "structure", "status": "done", "result": result.status, "summary": result.summary})
     return result
+
+
+def _abandon(check, job, plan_check, tmp: Path, script_tmp: Path) -> None:
+    """After an error or an interruption: the checks stopped and the partial output removed,
+    with a second Ctrl-C held off from the first step (a Ctrl-C while a check child was being
+    stopped left the extraction script beside the output)."""
+    with signals_held():
+        _stop_checks(check, job, plan_check)
+        _remove_partial_output(tmp, script_tmp)
 
 
 def _stop_checks(check: CopyCheck | None, job: StructureJob | StructureResult | None, plan_check=None) -> None:
