@@ -139,9 +139,9 @@ class PlanCheck:
         if outcome is not None:
             try:
                 judge = (outcome.get("check") or {}).get("judge")
-                now = current_judge()
+                now = current_judge() if isinstance(judge, dict) else None
                 # an interpreter passed over is said as it is now, when the same one judges now
-                if isinstance(judge, dict) and same_interpreter(str(judge.get("python") or ""), now.python):
+                if now is not None and same_interpreter(str(judge.get("python") or ""), now.python):
                     judge["chosen_by"] = now.origin
                 self._checked = apply_outcome(plan, outcome)
             except (KeyError, TypeError, ValueError):
