@@ -19,10 +19,13 @@ from test_vllm_discovery import make_env
 #   slow-start  logs a line a second for 5 s, then answers
 #   stall       logs two lines, then nothing, never healthy
 #   dies        healthy, but exits at the first completion request
+#   port-taken:MARKER  another listener holds the port when the server binds it (a real
+#               EADDRINUSE), on the first start only (MARKER: a file it leaves), or on
+#               every start (MARKER "always")
 STAND_IN = r'''
-import json, os, sys, time
+import json, os, socket, sys, time
 from http.server import BaseHTTPRequestHandler, HTTPServer
-mode = sys.argv[1]
+mode, _, marker = sys.argv[1].partition(":")
 port = int(sys.argv[sys.argv.index("--port") + 1])
 model = sys.argv[sys.argv.index("--model") + 1]
 if mode == "slow-start":
@@ -63,6 +66,12 @@ class Handler(BaseHTTPRequestHandler):
     def log_message(self, *a):
         pass
 
+if mode == "port-taken" and (marker == "always" or not os.path.exists(marker)):
+    if marker != "always":
+        open(marker, "w").close()
+    thief = socket.socket()
+    thief.bind(("127.0.0.1", port))
+    thief.listen()
 print("INFO Application startup complete.", flush=True)
 HTTPServer(("127.0.0.1", port), Handler).serve_forever()
 '''
@@ -140,3 +149,30 @@ def test_every_check_is_listed_with_the_settings_used(setup):
     assert "| long input | not applicable |" in section
     assert "--kv-cache-memory-bytes 67108864" in section  # the command that ran
     assert doc["settings"]["dtype"] == "float32" and doc["settings"]["max_model_len"] == 256
+
+
+@pytest.mark.slow
+def test_a_port_taken_before_the_server_binds_it_is_not_a_failure(setup, tmp_path):
+    """Another process takes the drawn port first (seen with validations side by side): the
+    server starts again on a fresh port, and the start-up row says which port was lost."""
+    marker = tmp_path / "taken-once"
+    proc, doc = validate(setup, f"port-taken:{marker}")
+    start = rows(doc)["start-up"]
+    assert start["status"] == "passed", start
+    assert rows(doc)["generation"]["status"] == "passed"
+    lost = int(start["detail"].split("took port ")[1].split(" ")[0])
+    assert "started again on a fresh port" in start["detail"]
+    log = (setup["out"] / "logs" / "serve.log").read_text()
+    assert "Address already in use" in log and f"--port {lost} " in log
+    assert f"--port {lost} " not in " ".join(doc["serve_command"]) + " "  # the run recorded is the one that served
+
+
+@pytest.mark.slow
+def test_a_port_taken_on_every_start_is_a_host_limit_not_the_trim(setup):
+    proc, doc = validate(setup, "port-taken:always")
+    start = rows(doc)["start-up"]
+    assert proc.returncode == 1 and start["status"] == "failed"
+    assert start["verdict"]["class"] == "host or device limit"
+    assert "Address already in use" in " ".join(start["verdict"]["evidence"])
+    assert "took ports " in start["detail"] and "not of the trim" in start["verdict"]["advice"]
+    assert doc["server_exit"]["survivors"] == []

@@ -119,6 +119,9 @@ class ValidationProgress(_LiveLines):
             self._say("$ " + " ".join(typed.command))
             if typed.log:
                 self._say(f"  (its log: {typed.log})")
+        elif isinstance(typed, Serve) and typed.status == "retrying":
+            self._clear()
+            self._say(f"  starting again: {typed.reason}")
         elif isinstance(typed, Serve):
             self._clear()
         elif isinstance(typed, ServerLog):

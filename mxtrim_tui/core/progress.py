@@ -89,7 +89,8 @@ class Check(Event):
 
 @dataclass(frozen=True)
 class Serve(Event):
-    status: str = ""  # starting | stopped
+    status: str = ""  # starting | retrying (another process took its port) | stopped
+    reason: str = ""  # retrying: why
     command: tuple = ()
     log: str = ""  # where the server's output goes (starting)
     signal: str = ""

@@ -252,6 +252,12 @@ def _busy_advice(evidence: list[str], facts: Facts) -> str:
             f"the share that is free; {NOT_THE_TRIM}")
 
 
+def _port_advice(evidence: list[str], facts: Facts) -> str:
+    return ("another process took the port the server was to listen on (or one vLLM opens for its own workers) "
+            "before the server bound it, again on each fresh port tried: look for what is opening ports on this "
+            f"host (ss -ltnp), set VLLM_PORT to a free range for vLLM's own sockets, and validate again; {NOT_THE_TRIM}")
+
+
 def _cpu_build_advice(evidence: list[str], facts: Facts) -> str:
     return ("vLLM's CPU build does not run what the quoted line names (the source's own attention or parallel "
             "layout, which the trim keeps): validate this output with a GPU build; a limit of the build and "
@@ -307,6 +313,8 @@ SPECIFIC_RULES: list[Rule] = [
     Rule(HOST, re.compile(
         r"(?i)CUDA-capable device\(s\) is/are busy or unavailable|all CUDA-capable devices are busy or unavailable|"
         r"Free memory on device \S+ \([^)]*\) on startup is less than|Error in memory profiling"), _busy_advice),
+    # a port taken between its choice and the bind (validate starts again on a fresh port first)
+    Rule(HOST, re.compile(r"\[Errno 98\] Address already in use|\bEADDRINUSE\b"), _port_advice),
     # what the CPU build refuses (vllm/platforms/cpu.py, vllm/utils/cpu_triton_utils.py)
     Rule(HOST, re.compile(r"is not (?:yet )?supported on CPU\b"), _cpu_build_advice),
     # 1. MACA_PATH unset: triton's MetaX backend joins None with "lib"

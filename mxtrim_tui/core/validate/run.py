@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -265,16 +266,36 @@ def fill_not_run(v: Validation, out: Path, plan: dict, opts: ServeOptions, why: 
     v.rows.sort(key=lambda r: order.get(r.check, -1))
 
 
+# Starts on a fresh port when another process took the one drawn for the server before vLLM
+# bound it (a busy host; several validations side by side): the port is ours to choose.
+PORT_ATTEMPTS = 3
+PORT_TAKEN = re.compile(r"\[Errno 98\] Address already in use|\bEADDRINUSE\b")
+
+
 def serve_rows(v: Validation, out: Path, plan: dict, opts: ServeOptions, emit, equivalence: bool = False) -> None:
-    port = free_port()
-    argv = serve_argv(out, v.mode, opts, port)
-    v.serve_command = argv
     v.settings = serve_settings(opts)
-    emit({"event": "serve", "status": "starting", "command": argv, "log": str(out / "logs" / "serve.log")})
-    server = Server(argv, serve_env(opts), out / "logs" / "serve.log", on_line=lambda s, l: emit({"event": "log", "stream": s, "line": l}),
-                    output=out)
-    with interrupting_signals():  # SIGTERM / SIGHUP unwind through the finally below, like Ctrl-C
-        _serve_and_stop(v, out, plan, opts, emit, equivalence, server, port)
+    taken: list[int] = []
+    for attempt in range(1, PORT_ATTEMPTS + 1):
+        port = free_port()
+        argv = serve_argv(out, v.mode, opts, port)
+        v.serve_command = argv
+        emit({"event": "serve", "status": "starting", "command": argv, "log": str(out / "logs" / "serve.log")})
+        server = Server(argv, serve_env(opts), out / "logs" / "serve.log",
+                        on_line=lambda s, l: emit({"event": "log", "stream": s, "line": l}), output=out)
+        with interrupting_signals():  # SIGTERM / SIGHUP unwind through the finally below, like Ctrl-C
+            done = _serve_and_stop(v, out, plan, opts, emit, equivalence, server, port, taken,
+                                   last_attempt=attempt == PORT_ATTEMPTS)
+        if done:
+            return
+        taken.append(port)
+        emit({"event": "serve", "status": "retrying", "reason": f"port {port} was taken before the server bound it"})
+
+
+def _ports_note(taken: list[int]) -> str:
+    if not taken:
+        return ""
+    ports = ", ".join(str(p) for p in taken)
+    return f"; another process took port{'s' if len(taken) > 1 else ''} {ports} first, started again on a fresh port"
 
 
 def _blocker(v: Validation, server: Server) -> str | None:
@@ -288,7 +309,10 @@ def _blocker(v: Validation, server: Server) -> str | None:
     return None
 
 
-def _serve_and_stop(v: Validation, out: Path, plan: dict, opts: ServeOptions, emit, equivalence: bool, server: Server, port: int) -> None:
+def _serve_and_stop(v: Validation, out: Path, plan: dict, opts: ServeOptions, emit, equivalence: bool, server: Server, port: int,
+                    taken: list[int], last_attempt: bool = True) -> bool:
+    """Serve and run the checks: False when the server lost its port to another process before
+    it bound it (and another attempt is left), with nothing recorded."""
     started = time.monotonic()
     base = f"http://127.0.0.1:{port}"
     try:
@@ -297,6 +321,9 @@ def _serve_and_stop(v: Validation, out: Path, plan: dict, opts: ServeOptions, em
         healthy, why = server.wait_healthy(base, opts.startup_timeout, limit=opts.startup_limit)
         if not healthy:
             exit_info = server.stop()
+            if not last_attempt and exit_info.returncode not in (None, 0) and any(PORT_TAKEN.search(l) for l in server.tail):
+                return False
+            why += _ports_note(taken)
             verdict = classify(list(server.tail), exit_info.returncode, stopped_by_us=False, reason=why, dummy=v.mode == "dummy",
                                environment=v.environment)
             v.rows.append(Row(START_UP, FAILED, why, verdict.to_json() if verdict else None))
@@ -304,8 +331,9 @@ def _serve_and_stop(v: Validation, out: Path, plan: dict, opts: ServeOptions, em
             v.server_exit = _exit_json(exit_info)
             for check in [*checks_to_run(out, plan, opts, equivalence), MEMORY]:
                 v.rows.append(Row(check, UNVERIFIED, "skipped: the server did not start"))
-            return
-        v.rows.append(Row(START_UP, PASSED, f"healthy after {time.monotonic() - started:.1f} s" + (" (dummy weights)" if v.mode == "dummy" else " (real weights)")))
+            return True
+        v.rows.append(Row(START_UP, PASSED, f"healthy after {time.monotonic() - started:.1f} s"
+                          + (" (dummy weights)" if v.mode == "dummy" else " (real weights)") + _ports_note(taken)))
         emit({"event": "check", **v.rows[-1].to_json()})
         memory_row(v, out, opts, emit)
         steps = {GENERATION: lambda: generation_rows(v, out, base, server, emit),
@@ -328,6 +356,7 @@ def _serve_and_stop(v: Validation, out: Path, plan: dict, opts: ServeOptions, em
                                    environment=v.environment)
                 v.rows.append(Row(check, FAILED, reason, verdict.to_json() if verdict else None))
                 emit({"event": "check", **v.rows[-1].to_json()})
+        return True
     finally:
         if server.exited() is None and sys.exc_info()[0] is None:
             # side by side with other servers (validate --jobs): not stopped while a neighbour

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -65,8 +66,35 @@ class ServeOptions:
     gpu_total_bytes: int | None = None  # memory of the first GPU used (the budget's prediction)
 
 
+# A server's port is drawn below the kernel's ephemeral range: the ports vLLM takes for its own
+# sockets (get_open_port binds port 0) and every other program's outgoing connections come from
+# that range, so a port drawn from it may be taken between our check and vLLM's bind.
+EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+LISTEN_PORTS = (20000, 32768)  # below Linux's default ephemeral range (32768-60999)
+
+
+def _listen_range() -> tuple[int, int] | None:
+    """Where to draw a port: up to 12,768 ports just below the ephemeral range (None: no room)."""
+    try:
+        low = int(EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return LISTEN_PORTS
+    return (max(low - 12768, 1024), low) if low - 1024 >= 1000 else None
+
+
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+    """A port nothing listens on now, outside the ephemeral range where possible."""
+    ports = _listen_range()
+    rng = random.SystemRandom()
+    for _ in range(50 if ports else 0):
+        port = rng.randrange(*ports)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:  # a crowded range: let the kernel choose
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 

@@ -389,6 +389,8 @@ class RunScreen(WizardScreen):
             # the validation's own server (on CPU: small context, one sequence) is in the log; `c`
             # copies the output's serve command, shown below the rows
             self._log(Text("[serve] starting: " + shlex.join(event.command), style="cyan"))
+        elif isinstance(event, Serve) and event.status == "retrying":
+            self._log(Text(f"[serve] starting again: {event.reason}", style="cyan"))
         elif isinstance(event, Serve):
             self._log(Text(f"[serve] {event.status} ({event.signal or 'exited'}, status {event.returncode})", style="cyan"))
         elif isinstance(event, Memory) and "figures" in event.raw:
