@@ -69,9 +69,10 @@ run: $(STAMP)
 vllm: $(VLLM_STAMP)
 
 # Parallel test workers: one more than the cores, as part of every test waits (on a server
-# starting, a timer, a child); tests are handed out two at a time, longest (vLLM) first.
+# starting, a timer, a child); longest (vLLM) first. Each test is handed out alone except the
+# modules marked xdist_group, whose costly module fixture is then built once, on one worker.
 JOBS ?= $(shell echo $$(( $$(nproc) + 1 )))
-PYTEST := $(BIN)/python -m pytest -q -n $(JOBS) --maxschedchunk 2
+PYTEST := $(BIN)/python -m pytest -q -n $(JOBS) --dist loadgroup
 
 # The whole suite, real vLLM servers included (CI's command).
 # The environments are made side by side (on a fresh clone most of their time is waiting on

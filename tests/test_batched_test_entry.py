@@ -35,6 +35,8 @@ HAND_WRITTEN = """\
 SPECULATIVE = {"method": "mtp", "num_speculative_tokens": 1}
 
 
+pytestmark = pytest.mark.xdist_group("test_batched_test_entry")  # its module fixture is built once, on one worker (make's --dist loadgroup)
+
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     """A workspace whose models folder holds a dummy and a real-weight trim of a Llama (each

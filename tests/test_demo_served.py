@@ -1,5 +1,6 @@
 """The default demo is one vLLM serves: what `make run` → write → `v` does, on this machine's
-CPU build of vLLM (one server start)."""
+CPU build of vLLM (one server start). It is also the dummy DeepSeek-V3 (MLA, MTP kept)
+served of tests/test_validate.py's families."""
 
 import json
 import os
@@ -42,3 +43,10 @@ def test_the_wizards_default_write_of_the_demo_validates_with_a_real_server(tmp_
     cmd = doc["serve_command"]
     assert cmd[cmd.index("--load-format") + 1] == "dummy"
     assert doc["server_exit"]["survivors"] == []
+    assert doc["loadable"] is None  # a dummy output is never called a loadable checkpoint
+    # the budget's prediction agrees with what vLLM logged for MLA's one latent row per token
+    memory = doc["memory"]
+    assert memory["agree"] is True and rows["memory: predicted against logged"]["status"] == "passed", memory
+    assert memory["figures"]["kv_tokens"]["predicted"] == memory["figures"]["kv_tokens"]["actual"]
+    # a dummy output holds no weights: they are predicted from the kept tensors of its source
+    assert memory["figures"]["weights_bytes"]["predicted"] > 0

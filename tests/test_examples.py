@@ -18,6 +18,8 @@ from mxtrim_tui.demo.build import build_demo
 MISSING = "/nonexistent/models/Qwen3-8B-smoke"
 
 
+pytestmark = pytest.mark.xdist_group("test_examples")  # its module fixture is built once, on one worker (make's --dist loadgroup)
+
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory):
     """Three mxtrim outputs (one validated under vLLM 0.31.0, one whose source was moved away)

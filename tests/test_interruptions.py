@@ -23,7 +23,7 @@ from mxtrim_tui.core.write.leftovers import find_leftovers
 from synth.checkpoint import write_checkpoint
 from synth.layouts.llama import llama3
 
-pytestmark = pytest.mark.slow  # real signals to real trims of a 670 MB source
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("test_interruptions")]  # real signals to real trims of a 670 MB source
 
 TRIM_ARGS = ("--mode", "weights", "--keep", "0,3", "--max-shard-size", "100MB")
 

@@ -23,7 +23,7 @@ from synth.checkpoint import plan_shards, write_checkpoint
 from synth.layouts.deepseek import deepseek_v3
 from synth.layouts.glm import glm_moe_dsa
 
-pytestmark = pytest.mark.slow  # full-size sparse releases (GLM-5, DeepSeek-V3) in five download states
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("test_partial_sources")]  # full-size sparse releases (GLM-5, DeepSeek-V3) in five download states
 
 INDEX = "model.safetensors.index.json"
 KEEP = ["--keep", "0,3"]

@@ -23,6 +23,8 @@ from tui_support import make_app, no_vllm_in_the_environment, plain, screen_line
 MODELS = Path("tools") / "batched_test" / "models"
 
 
+pytestmark = pytest.mark.xdist_group("test_tui_newcomer")  # its module fixture is built once, on one worker (make's --dist loadgroup)
+
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     """The demo (with an MTP head) and a demo without one, and an output of each (the first

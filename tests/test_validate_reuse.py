@@ -132,7 +132,8 @@ def test_a_secret_looking_variable_is_recorded_as_a_digest_only():
 @needs_vllm
 @pytest.mark.slow
 def test_the_real_cpu_build_failing_on_a_4kb_kv_budget_is_not_reused_without_it(tmp_path):
-    """The real vLLM CPU build: a 4 KB KV budget fails (insufficient resources); the workspace
+    """The real vLLM CPU build: a 4 KB KV budget fails (insufficient resources, with vLLM's
+    words and advice about the KV budget); the workspace
     validated without it serves the output again (its default 64 MiB) instead of showing that
     failure as reused."""
     src = make_servable_llama(tmp_path / "llama", layers=2)
@@ -142,6 +143,11 @@ def test_the_real_cpu_build_failing_on_a_4kb_kv_budget_is_not_reused_without_it(
     env = {"MXTRIM_VLLM_PYTHON": VLLM_PYTHON}
     r = run_cli("validate", str(out), "--serve", "--device", "cpu", "--kv-cache-memory-bytes", "4KB", "--json", env=env, timeout=900)
     assert r.returncode == 1 and json.loads(r.stdout)["ok"] is False
+    # the failure itself: insufficient resources, quoting vLLM, advising the KV budget
+    (start,) = [row for row in json.loads(r.stdout)["rows"] if row["check"] == "start-up"]
+    assert start["verdict"]["class"] == "insufficient resources", start
+    assert any("memory" in line.lower() for line in start["verdict"]["evidence"])
+    assert "kv-cache-memory-bytes" in start["verdict"]["advice"]
     r = run_cli("validate", "--all", str(models), "--serve", "--device", "cpu", "--json", env=env, timeout=900)
     (row,) = json.loads(r.stdout)["rows"]
     assert r.returncode == 0 and row["state"] == "validated" and row["ok"] is True, r.stderr[-3000:]

@@ -79,11 +79,17 @@ def no_vllm_in_the_environment(tmp_path, monkeypatch):
     it): a private config home, no $MXTRIM_VLLM_PYTHON, no .venv-vllm of the checkout or the
     current directory, a PATH without a `vllm` command."""
     from mxtrim_tui.core.probe import vllm_python
+    from mxtrim_tui.core.probe.environment import _validation_environment
 
     monkeypatch.setattr(vllm_python, "local_places", lambda cwd=None: [])
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
     monkeypatch.delenv("MXTRIM_VLLM_PYTHON", raising=False)
     monkeypatch.setenv("PATH", str(Path(sys.executable).parent) + ":/usr/bin:/bin")
+    # the wizard asks once per setting, variable and folder: an answer found under another
+    # test's places (the patch above is not part of that key) is never reused by the next
+    _validation_environment.cache_clear()
+    yield
+    _validation_environment.cache_clear()
 
 
 def burst(app, *keys: str) -> None:
