@@ -122,7 +122,11 @@ def test_offline_then_served_real_weights_are_loadable_and_history_is_kept(llama
     readme = (out / "README.md").read_text()
     assert "**loadable** by this vLLM" in readme and "| start-up | passed |" in readme
     assert "## Layer mapping" in readme and readme.count("## Validation") == 1
-    assert "Application startup complete" in (out / "logs" / "serve.log").read_text() or (out / "logs" / "serve.log").stat().st_size > 0
+    log = (out / "logs" / "serve.log").read_text()
+    assert "Application startup complete" in log or (out / "logs" / "serve.log").stat().st_size > 0
+    # vLLM's rendezvous file went to the server's own temporary folder, removed with it
+    rendezvous = Path(log.split("distributed_init_method=file://")[1].split()[0])
+    assert rendezvous.parent.name.startswith("mxtrim-vllm-") and not rendezvous.parent.exists()
 
 
 def _rename_tensor(shard: Path, old_suffix: str, new_suffix: str) -> str:

@@ -26,6 +26,10 @@ STAND_IN = r'''
 import json, os, socket, sys, time
 from http.server import BaseHTTPRequestHandler, HTTPServer
 mode, _, marker = sys.argv[1].partition(":")
+# what vLLM leaves in its temporary folder after each start: a ZMQ socket, a rendezvous file
+print(f"INFO temporary folder {os.environ.get('TMPDIR')}", flush=True)
+open(os.path.join(os.environ["VLLM_RPC_BASE_PATH"], "0f6b-ipc-socket"), "w").close()
+open(os.path.join(os.environ["TMPDIR"], "vllm_dist_0f6b"), "w").close()
 port = int(sys.argv[sys.argv.index("--port") + 1])
 model = sys.argv[sys.argv.index("--model") + 1]
 if mode == "slow-start":
@@ -176,3 +180,15 @@ def test_a_port_taken_on_every_start_is_a_host_limit_not_the_trim(setup):
     assert "Address already in use" in " ".join(start["verdict"]["evidence"])
     assert "took ports " in start["detail"] and "not of the trim" in start["verdict"]["advice"]
     assert doc["server_exit"]["survivors"] == []
+
+
+@pytest.mark.slow
+def test_what_the_server_leaves_in_its_temporary_folder_goes_with_it(setup):
+    """vLLM leaves ZMQ sockets and rendezvous files in the temporary folder after every start
+    (hundreds over a day of validations): each server gets a folder of its own, removed once it
+    is stopped; the compile cache stays where torch keeps it."""
+    proc, doc = validate(setup, "plain")
+    assert rows(doc)["start-up"]["status"] == "passed", doc["rows"]
+    log = (setup["out"] / "logs" / "serve.log").read_text()
+    folder = log.split("INFO temporary folder ")[-1].splitlines()[0]
+    assert Path(folder).name.startswith("mxtrim-vllm-") and not Path(folder).exists()

@@ -15,9 +15,11 @@ import contextlib
 import json
 import os
 import random
+import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 from collections import deque
@@ -230,6 +232,21 @@ def outcome_env(env: dict[str, str]) -> dict[str, str]:
     return out
 
 
+def scratch_env(env: dict[str, str], scratch: str) -> dict[str, str]:
+    """The server's environment with a temporary folder of its own: vLLM leaves its ZMQ sockets
+    (``VLLM_RPC_BASE_PATH``) and its rendezvous files (``vllm_dist_*``, in the temporary folder)
+    behind in /tmp after every start, three or four per server, which mxtrim removes with the
+    folder once the server is stopped. A ``VLLM_RPC_BASE_PATH`` the user set is kept; torch's
+    compile cache stays where it would have been, so that it outlives the server."""
+    env = dict(env)
+    real_tmp = tempfile.gettempdir()
+    user = env.get("USER") or env.get("LOGNAME") or str(os.getuid())
+    env.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(real_tmp, f"torchinductor_{user}"))
+    env.setdefault("VLLM_RPC_BASE_PATH", scratch)
+    env["TMPDIR"] = scratch
+    return env
+
+
 @dataclass
 class ServerExit:
     returncode: int | None
@@ -258,11 +275,14 @@ class Server:
         self._log = None
         self.stop_requested = False
         self.hurry = False  # a second interrupt while stopping: straight to SIGKILL
+        self.scratch: str | None = None  # the server's own temporary folder (scratch_env)
 
     def start(self) -> None:
         """Start the server in a session of its own. An interrupt that arrives meanwhile is held
         until the server is recorded (then raised: the caller's ``finally`` stops it)."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.scratch = tempfile.mkdtemp(prefix="mxtrim-vllm-")
+        self.env = scratch_env(self.env, self.scratch)
         self._log = open(self.log_path, "a", encoding="utf-8", errors="replace")
         self._log.write(f"$ {' '.join(self.argv)}\n")
         self._log.flush()
@@ -387,6 +407,9 @@ class Server:
         survivors = self._drain_group(5.0) if stragglers else []
         leftovers.remove_record(self.record_path)  # nothing of it runs: nothing to find later
         self.record_path = None
+        if self.scratch and not survivors:
+            shutil.rmtree(self.scratch, ignore_errors=True)  # its sockets and rendezvous files
+            self.scratch = None
         self._join_readers()
         with self._log_lock:
             if self._log is not None:
