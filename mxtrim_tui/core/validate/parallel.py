@@ -78,6 +78,7 @@ class Job:
     shared: bool = False  # another of ours ran on one of its GPUs beside it
     stdout: list[str] = field(default_factory=list)
     tail: deque = field(default_factory=lambda: deque(maxlen=40))  # its last lines: server log, errors
+    ended: set = field(default_factory=set)  # its streams read to the end ("stdout", "stderr")
 
     @property
     def devices(self) -> int:
@@ -305,7 +306,10 @@ class ParallelBatch:
         while item is not None:
             job, stream, line = item
             if line is None:
-                if stream == "stdout":
+                # finished once both streams are read to the end: the verdict (a retry alone or
+                # not) reads the last log lines, which may come after its JSON on stdout
+                job.ended.add(stream)
+                if job.ended == {"stdout", "stderr"}:
                     self._finish(job)
             elif stream == "stdout":
                 job.stdout.append(line)
