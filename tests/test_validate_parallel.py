@@ -334,65 +334,59 @@ def test_ctrl_c_stops_every_server_running_side_by_side(built, tmp_path):
     assert "no server left running" in run_cli("leftovers").stdout
 
 
-def test_the_failure_is_judged_on_every_line_even_those_written_after_the_result(tmp_path):
-    """The child's last log lines may come after its JSON (a loaded machine; seen once in a
-    loaded full run): the batch reads both streams to the end before it decides whether the
-    failure was the neighbour's."""
-    from mxtrim_tui.core.probe.gpu import GpuInfo, GpuProbe
-    from mxtrim_tui.core.validate.parallel import Job, ParallelBatch
-
-    gpu = GpuProbe("nvidia", True, gpus=(GpuInfo(0, "Stand-in H200", 140 * GIB, 0, 140 * GIB),))
-    child = r'''
+# a validation child as the batch reads it: progress events on stderr, its JSON on stdout;
+# beside a neighbour, output "a"'s server logs vLLM's KV-sizing error once it is up and exits 1
+# ({late}: that line comes after the JSON, once stdout is closed)
+MEMORY_CHILD = r'''
 import json, os, sys, time
-alone, name = sys.argv[1] == "alone", sys.argv[2]
+alone, name, late = sys.argv[1] == "alone", sys.argv[2], sys.argv[3] == "late"
 def log(line):
     print(json.dumps({"event": "log", "stream": "stdout", "line": line}), file=sys.stderr, flush=True)
 log("INFO init engine (profile, create kv cache, warmup model) took 0.10 s")
 time.sleep(0.5)
 failed = not alone and name == "a"
+def fail():
+    if failed:
+        log("ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization`")
+if not late:
+    time.sleep(0.5)
+    fail()
 print(json.dumps({"ok": not failed, "rows": [], "name": name}), flush=True)
-os.close(1)  # stdout read to its end, stderr not yet
-time.sleep(0.5)
-if failed:
-    log("ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization`")
+if late:
+    os.close(1)  # stdout read to its end, stderr not yet
+    time.sleep(0.5)
+    fail()
 sys.exit(1 if failed else 0)
 '''
+
+
+def _memory_batch(tmp_path, when: str) -> list[tuple]:
+    """Outputs "a" and "b" side by side on one stand-in GPU: what the batch reported, in order."""
+    from mxtrim_tui.core.probe.gpu import GpuInfo, GpuProbe
+    from mxtrim_tui.core.validate.parallel import Job, ParallelBatch
+
+    gpu = GpuProbe("nvidia", True, gpus=(GpuInfo(0, "Stand-in H200", 140 * GIB, 0, 140 * GIB),))
     jobs = [Job(0, tmp_path / "a", 1, 0.3), Job(1, tmp_path / "b", 1, 0.3)]
     seen = []
-    ParallelBatch(jobs, lambda job: [sys.executable, "-c", child, "alone" if job.alone else "beside", job.output.name],
+    ParallelBatch(jobs, lambda job: [sys.executable, "-c", MEMORY_CHILD, "alone" if job.alone else "beside", job.output.name, when],
                   lambda: gpu, None, on_start=lambda job: seen.append(("start", job.output.name, job.alone)),
                   on_done=lambda job, doc, code, retried: seen.append(("done", job.output.name, code, retried)),
                   on_refused=lambda job, why: seen.append(("refused", why)), poll=0.05).run()
+    return seen
+
+
+def test_the_failure_is_judged_on_every_line_even_those_written_after_the_result(tmp_path):
+    """The child's last log lines may come after its JSON (a loaded machine; seen once in a
+    loaded full run): the batch reads both streams to the end before it decides whether the
+    failure was the neighbour's."""
+    seen = _memory_batch(tmp_path, "late")
     assert ("done", "a", 1, True) in seen and seen[-1] == ("done", "a", 0, False), seen
 
 
 def test_a_start_that_fails_on_memory_beside_a_neighbour_is_run_again_alone(tmp_path):
     """Not the output's failure: the batch runs it again with the GPU to itself, and only that
     run makes its row."""
-    from mxtrim_tui.core.probe.gpu import GpuInfo, GpuProbe
-    from mxtrim_tui.core.validate.parallel import Job, ParallelBatch
-
-    gpu = GpuProbe("nvidia", True, gpus=(GpuInfo(0, "Stand-in H200", 140 * GIB, 0, 140 * GIB),))
-    # a validation child as the batch reads it: progress events on stderr, its JSON on stdout;
-    # beside a neighbour, its server logs vLLM's KV-sizing error once it is up and exits 1
-    child = r'''
-import json, sys, time
-alone, name = sys.argv[1] == "alone", sys.argv[2]
-def log(line):
-    print(json.dumps({"event": "log", "stream": "stdout", "line": line}), file=sys.stderr, flush=True)
-log("INFO init engine (profile, create kv cache, warmup model) took 0.10 s")
-time.sleep(1.0)
-if not alone and name == "a":
-    log("ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization`")
-print(json.dumps({"ok": alone or name != "a", "rows": [], "name": name}))
-sys.exit(0 if alone or name != "a" else 1)
-'''
-    jobs = [Job(0, tmp_path / "a", 1, 0.3), Job(1, tmp_path / "b", 1, 0.3)]
-    seen = []
-    ParallelBatch(jobs, lambda job: [sys.executable, "-c", child, "alone" if job.alone else "beside", job.output.name],
-                  lambda: gpu, None, on_start=lambda job: seen.append(("start", job.output.name, job.alone)),
-                  on_done=lambda job, doc, code, retried: seen.append(("done", job.output.name, code, retried)),
-                  on_refused=lambda job, why: seen.append(("refused", why)), poll=0.05).run()
+    seen = _memory_batch(tmp_path, "in order")
     assert seen[:2] == [("start", "a", False), ("start", "b", False)]  # side by side
     assert ("done", "a", 1, True) in seen and ("start", "a", True) in seen and seen[-1] == ("done", "a", 0, False)
     assert ("done", "b", 0, False) in seen

@@ -272,6 +272,8 @@ def _numerics_advice(evidence: list[str], facts: Facts) -> str:
             "float32 do not), and compare with the original (validate --equivalence)")
 
 
+# a listening port another process took first (the socket's bind, in Python's and C's words)
+PORT_TAKEN = re.compile(r"\[Errno 98\] Address already in use|\bEADDRINUSE\b")
 # vLLM's CPU workers: one NUMA node each (vllm/utils/ompmultiprocessing.py)
 NUMA = re.compile(r"Not enough allowed NUMA nodes to bind threads of (\d+) local CPUWorkers")
 # what a JSON encoder says of NaN / Inf (Python's json, with allow_nan=False), which vLLM
@@ -314,7 +316,7 @@ SPECIFIC_RULES: list[Rule] = [
         r"(?i)CUDA-capable device\(s\) is/are busy or unavailable|all CUDA-capable devices are busy or unavailable|"
         r"Free memory on device \S+ \([^)]*\) on startup is less than|Error in memory profiling"), _busy_advice),
     # a port taken between its choice and the bind (validate starts again on a fresh port first)
-    Rule(HOST, re.compile(r"\[Errno 98\] Address already in use|\bEADDRINUSE\b"), _port_advice),
+    Rule(HOST, PORT_TAKEN, _port_advice),
     # what the CPU build refuses (vllm/platforms/cpu.py, vllm/utils/cpu_triton_utils.py)
     Rule(HOST, re.compile(r"is not (?:yet )?supported on CPU\b"), _cpu_build_advice),
     # 1. MACA_PATH unset: triton's MetaX backend joins None with "lib"

@@ -8,7 +8,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import re
 import subprocess
 import sys
 import time
@@ -18,7 +17,7 @@ from pathlib import Path
 
 from ..errors import InputError, require_directory
 from . import requests as rq
-from .classify import classify
+from .classify import PORT_TAKEN, classify
 from .parallel import wait_for_neighbours_profiling
 from .serve import (ServeOptions, Server, free_port, interrupting_signals, outcome_env, output_quantization, output_text_config,
                     serve_argv, serve_env)
@@ -269,13 +268,12 @@ def fill_not_run(v: Validation, out: Path, plan: dict, opts: ServeOptions, why: 
 # Starts on a fresh port when another process took the one drawn for the server before vLLM
 # bound it (a busy host; several validations side by side): the port is ours to choose.
 PORT_ATTEMPTS = 3
-PORT_TAKEN = re.compile(r"\[Errno 98\] Address already in use|\bEADDRINUSE\b")
 
 
 def serve_rows(v: Validation, out: Path, plan: dict, opts: ServeOptions, emit, equivalence: bool = False) -> None:
     v.settings = serve_settings(opts)
     taken: list[int] = []
-    for attempt in range(1, PORT_ATTEMPTS + 1):
+    while True:
         port = free_port()
         argv = serve_argv(out, v.mode, opts, port)
         v.serve_command = argv
@@ -283,8 +281,7 @@ def serve_rows(v: Validation, out: Path, plan: dict, opts: ServeOptions, emit, e
         server = Server(argv, serve_env(opts), out / "logs" / "serve.log",
                         on_line=lambda s, l: emit({"event": "log", "stream": s, "line": l}), output=out)
         with interrupting_signals():  # SIGTERM / SIGHUP unwind through the finally below, like Ctrl-C
-            done = _serve_and_stop(v, out, plan, opts, emit, equivalence, server, port, taken,
-                                   last_attempt=attempt == PORT_ATTEMPTS)
+            done = _serve_and_stop(v, out, plan, opts, emit, equivalence, server, port, taken)
         if done:
             return
         taken.append(port)
@@ -310,9 +307,9 @@ def _blocker(v: Validation, server: Server) -> str | None:
 
 
 def _serve_and_stop(v: Validation, out: Path, plan: dict, opts: ServeOptions, emit, equivalence: bool, server: Server, port: int,
-                    taken: list[int], last_attempt: bool = True) -> bool:
+                    taken: list[int]) -> bool:
     """Serve and run the checks: False when the server lost its port to another process before
-    it bound it (and another attempt is left), with nothing recorded."""
+    it bound it and another attempt is left (``taken``: the ports lost so far), nothing recorded."""
     started = time.monotonic()
     base = f"http://127.0.0.1:{port}"
     try:
@@ -321,7 +318,8 @@ def _serve_and_stop(v: Validation, out: Path, plan: dict, opts: ServeOptions, em
         healthy, why = server.wait_healthy(base, opts.startup_timeout, limit=opts.startup_limit)
         if not healthy:
             exit_info = server.stop()
-            if not last_attempt and exit_info.returncode not in (None, 0) and any(PORT_TAKEN.search(l) for l in server.tail):
+            if (len(taken) + 1 < PORT_ATTEMPTS and exit_info.returncode not in (None, 0)
+                    and any(PORT_TAKEN.search(line) for line in server.tail)):
                 return False
             why += _ports_note(taken)
             verdict = classify(list(server.tail), exit_info.returncode, stopped_by_us=False, reason=why, dummy=v.mode == "dummy",
