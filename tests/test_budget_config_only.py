@@ -192,3 +192,30 @@ def test_validate_predicts_a_v4_server_as_vllm_logged_it_on_a_gpu(tmp_path):
     given = predict(out, dataclasses.replace(opts, kv_cache_memory_bytes=logged.available_kv_bytes), gpu_total_bytes=h100)
     assert abs(given["max_concurrency"] / logged.max_concurrency - 1) < 0.15
     assert abs(given["kv_tokens"] / logged.kv_tokens - 1) < 0.15
+
+
+def test_the_plan_counts_a_v4_capacity_as_vllm_does_in_whole_requests(tmp_path):
+    """The plan's budget row of the V4 FP8 config's automatic set, on the H100 of the GPU run
+    above: vLLM counts the capacity of V4's caches as concurrency × context, every cache of one
+    request at the full context (it printed memory / 369 B per token: 232 M tokens on an
+    H200, about 80x what vLLM holds). The plan's figure is validation's prediction, and within
+    the 1.2x of the logged one that the unmodelled group padding leaves."""
+    from mxtrim_tui.core.validate.vllm_log import parse_startup
+
+    src = config_only(pathlib.Path(V4_FP8_CONFIG).parent, tmp_path / "v4")
+    plan = checked(src)
+    h100 = 81559 * 2**20
+    b = compute_budget(plan, BudgetInputs(max_model_len=4096, max_num_seqs=1, gpu_total_bytes=h100,
+                                          gpu_memory_utilization=0.8, kv_cache_dtype="fp8"))
+    assert b.max_concurrency == pytest.approx(b.available_kv_bytes / b.kv_bytes_for_context)
+    assert b.kv_tokens == int(b.max_concurrency * 4096)
+    log = (pathlib.Path(__file__).parent / "fixtures/gpu_logs/h100-0.26.0-deepseek-v4-fp8-auto.log").read_text().splitlines()
+    logged = parse_startup(log)
+    assert 1 / 1.25 < b.kv_tokens / logged.kv_tokens < 1.25, (b.kv_tokens, logged.kv_tokens)
+    shown = run_cli("plan", str(src), "--gpu-memory", "79.6", "--kv-cache-dtype", "fp8")
+    assert shown.returncode == 0, shown.stderr
+    text = " ".join(shown.stdout.split())
+    shown_tokens, shown_concurrency = re.search(r"available → ([\d,]+)[^\d]*?tokens, ([\d,.]+)× concurrency", text).groups()
+    # 79.6 GiB typed against the 81,559 MiB read on that machine: within 1 %
+    assert abs(float(shown_concurrency.replace(",", "")) / b.max_concurrency - 1) < 0.01
+    assert abs(int(shown_tokens.replace(",", "")) / b.kv_tokens - 1) < 0.01

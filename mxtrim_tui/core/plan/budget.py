@@ -21,7 +21,8 @@
   constant state per sequence: convolution state plus recurrent state, in the model's dtype.
 * vLLM's start-up arithmetic: budget = total × gpu_memory_utilization; available KV =
   budget − weights − activation peak (rough); KV tokens = available / per-token (after the
-  per-sequence states of max_num_seqs sequences); maximum concurrency = KV tokens / max_model_len.
+  per-sequence states of max_num_seqs sequences); maximum concurrency = KV tokens / max_model_len
+  (DeepSeek-V4: concurrency = available / the bytes of one sequence at the full context).
 """
 
 from __future__ import annotations
@@ -437,7 +438,12 @@ def compute_budget(plan: TrimPlan, inputs: BudgetInputs) -> Budget:
     if inputs.gpu_total_bytes:
         budget_bytes = int(inputs.gpu_total_bytes * inputs.gpu_memory_utilization)
         available = budget_bytes - per_gpu - activation
-        if total_per_token:
+        if any(compression_ratio(l.kind) is not None for l in lines.values()) and context_bytes:
+            # DeepSeek-V4: vLLM reports the capacity as concurrency × context, one request at
+            # the full context holding every cache of every layer (windows, compressed rows,
+            # indexer keys, compressor states): the bytes of one sequence, not of one token
+            kv_tokens, conc = whole_sequence_capacity(available, context_bytes, inputs.max_model_len)
+        elif total_per_token:
             kv_tokens = max(0, available - states * inputs.max_num_seqs) // total_per_token
             conc = kv_tokens / inputs.max_model_len
     b = Budget(
@@ -446,6 +452,13 @@ def compute_budget(plan: TrimPlan, inputs: BudgetInputs) -> Budget:
     )
     b.advice = advise(b)
     return b
+
+
+def whole_sequence_capacity(available: int, sequence_bytes: int, context: int) -> tuple[int, float]:
+    """(tokens, concurrency) where vLLM counts the capacity in whole requests at the full
+    context (DeepSeek-V4): concurrency = memory / the bytes of one such sequence."""
+    concurrency = max(0, available) / sequence_bytes
+    return int(concurrency * context), concurrency
 
 
 def advise(b: Budget) -> list[str]:

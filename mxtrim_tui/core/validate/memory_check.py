@@ -100,14 +100,14 @@ def vllm_kv_capacity(plan, budget, opts, available: int) -> tuple[int, float] | 
     batched, context), block) + 1`` per sliding group; tokens = blocks / per-request × context.
     None where that arithmetic is not modelled here (recurrent state, unequal pages)."""
     from ..model.families.base import CHUNKED, DSA_FULL, DSA_SHARED, FULL, MLA, NOPE_GLOBAL, SLIDING, compression_ratio
+    from ..plan.budget import whole_sequence_capacity
     from ..plan.build import text_config
 
     if any(compression_ratio(line.kind) is not None for line in budget.kv_lines) and budget.kv_bytes_for_context:
         # DeepSeek-V4: vLLM reports its capacity as concurrency × context, a request at the
         # full context holding every cache of every layer (windows, compressed rows, indexer
         # keys, compressor states: the budget's bytes of one sequence)
-        concurrency = available / budget.kv_bytes_for_context
-        return int(concurrency * opts.max_model_len), concurrency
+        return whole_sequence_capacity(available, budget.kv_bytes_for_context, opts.max_model_len)
     buckets: dict[str, list[int]] = {}
     for line in budget.kv_lines:
         if line.kind not in (FULL, SLIDING, NOPE_GLOBAL, MLA, DSA_FULL, DSA_SHARED, CHUNKED) or budget.state_bytes_per_seq:
