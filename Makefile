@@ -1,4 +1,8 @@
 # Two entry points: `make run` and `make test`. Both create and reuse .venv.
+# Python keeps its bytecode (and pytest its rewritten test modules) in the checkout's
+# __pycache__ folders even where the shell sets PYTHONDONTWRITEBYTECODE: every CLI child of the
+# suite would otherwise compile mxtrim anew, and every pytest worker rewrite every test module.
+unexport PYTHONDONTWRITEBYTECODE
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -84,7 +88,9 @@ test:
 	MXTRIM_VLLM_PYTHON=$(abspath $(VLLM_VENV))/bin/python \
 	MXTRIM_TRANSFORMERS_RANGE="$(foreach v,$(TRANSFORMERS_RANGE),$(abspath .venv-transformers-$(v))/bin/python)" $(PYTEST)
 
-# Everything that needs neither vLLM nor a child waiting on timers: between two changes.
+# Between two changes: every test that takes well under two seconds here (no vLLM, no
+# timers, signals or installs, no whole trims with their check child): the `slow` and `vllm`
+# markers are left out.
 test-fast: $(STAMP)
 	$(PYTEST) -m "not vllm and not slow"
 

@@ -42,6 +42,13 @@ if _RUN:
 else:
     os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="mxtrim-test-cache-")
 
+# The real vLLM servers of the suite run without TorchDynamo: vLLM's CPU build compiles one op
+# (the logprobs' batched_count_greater_than, vllm/v1/sample/ops/logprobs.py) with TorchInductor
+# on the first completion that asks for logprobs, as validation's does. That is 6 to 14
+# CPU-seconds per server of importing and running the inductor, on a path none of these tests
+# looks at; tests/test_demo_served.py serves the demo with it, as a user's validation runs.
+os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")
+
 # Signals as a shell gives a foreground job: started under nohup or as a background job, the
 # suite would inherit Ctrl-C and hang-up ignored, and so would every mxtrim and server the tests
 # start and signal (an ignored disposition survives exec).

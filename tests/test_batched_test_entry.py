@@ -35,7 +35,7 @@ HAND_WRITTEN = """\
 SPECULATIVE = {"method": "mtp", "num_speculative_tokens": 1}
 
 
-pytestmark = pytest.mark.xdist_group("test_batched_test_entry")  # its module fixture is built once, on one worker (make's --dist loadgroup)
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("test_batched_test_entry")]  # slow: its module fixture takes 15 to 20 s here; built once, on one worker (make's --dist loadgroup)
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):

@@ -119,6 +119,7 @@ def _nbytes(dtype, shape):
     return tensor_nbytes(dtype, shape)
 
 
+@pytest.mark.slow
 def test_the_v4_fp8_config_alone_shows_its_weights_and_whether_they_fit(tmp_path):
     """The published V4 FP8 config without weights: tens of GiB of FP8 experts per GPU, said to
     come from the config, and a 40 GiB GPU no longer 'fits' (it did with 0 B of weights)."""
@@ -140,6 +141,7 @@ def test_the_v4_fp8_config_alone_shows_its_weights_and_whether_they_fit(tmp_path
     assert roomy["fits"] is True and roomy["weights_per_gpu_bytes"] == budget["weights_per_gpu_bytes"]
 
 
+@pytest.mark.slow
 def test_validate_compares_a_config_derived_prediction_and_says_so(demo_fp8, tmp_path):
     """A dummy output of a config-only source: the prediction of what vLLM allocates comes from
     the config (it was none before), is compared with vLLM's "Model loading took" line like any
@@ -162,6 +164,7 @@ def test_validate_compares_a_config_derived_prediction_and_says_so(demo_fp8, tmp
     assert "weights (from the config)" in summary(check)
 
 
+@pytest.mark.slow
 def test_validate_predicts_a_v4_server_as_vllm_logged_it_on_a_gpu(tmp_path):
     """The published V4 FP8 config's automatic set, dummy, served by vLLM 0.26.0 on an H100
     (tests/fixtures/gpu_logs/h100-0.26.0-deepseek-v4-fp8-auto.log, context 4,096, share 0.8,
@@ -194,6 +197,7 @@ def test_validate_predicts_a_v4_server_as_vllm_logged_it_on_a_gpu(tmp_path):
     assert abs(given["kv_tokens"] / logged.kv_tokens - 1) < 0.15
 
 
+@pytest.mark.slow
 def test_the_plan_counts_a_v4_capacity_as_vllm_does_in_whole_requests(tmp_path):
     """The plan's budget row of the V4 FP8 config's automatic set, on the H100 of the GPU run
     above: vLLM counts the capacity of V4's caches as concurrency × context, every cache of one

@@ -61,6 +61,7 @@ def test_llama3_8b_gqa_holds_131072_bytes_per_token(sparse):
     assert compute_budget(plan, BudgetInputs(tp=16)).kv_per_token == 131_072 // 8  # 8 KV heads replicated
 
 
+@pytest.mark.slow
 def test_deepseek_v3_mla_holds_70272_bytes_per_token_for_61_layers(sparse):
     plan = plan_for(sparse("deepseek_v3"), ["0-60"], mtp=False)
     b = compute_budget(plan, BudgetInputs(tp=8))
@@ -131,6 +132,7 @@ def test_tp_splits_match_each_tensors_partitioning(sparse, model):
         assert 16.4 * GiB < rank_weights(plan, tp=8).per_gpu < 16.5 * GiB
 
 
+@pytest.mark.slow
 def test_expert_parallel_puts_whole_experts_on_each_rank_and_pp_splits_layers(sparse):
     plan = plan_for(sparse("deepseek_v3"), ["0,3,4,5"], mtp=False)
     src = plan.inventory.source
@@ -168,6 +170,7 @@ def test_expert_parallel_puts_whole_experts_on_each_rank_and_pp_splits_layers(sp
     assert ".experts.E." not in ep32 and "model.layers.N.mlp.shared_experts.up_proj: 2048 output rows / TP=32 = 64" in ep32
 
 
+@pytest.mark.slow
 def test_expert_parallelism_is_offered_only_where_routed_experts_alone_fail_to_split(sparse):
     """EP keeps whole routed experts on each rank, nothing else: a fix only when they are all
     that does not split into whole FP8 blocks."""
@@ -224,6 +227,7 @@ def test_with_only_the_config_expert_parallelism_is_offered_only_for_routed_expe
     assert "intermediate_size 18432 / TP=32 = 576" in dense and dense.endswith("fix: a smaller TP")
 
 
+@pytest.mark.slow
 def test_a_dummy_output_is_predicted_as_vllm_serves_it(sparse, tmp_path):
     """A dummy output holds no weights: its prediction is its source's kept tensors as served —
     the MTP layer only with speculative decoding (vLLM loads no MTP weights without it), plus

@@ -33,6 +33,7 @@ def sources(tmp_path_factory):
     return {m: make_source(m, root / m) for m in {c[0] for c in CASES}}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model_type, keep, force", CASES, ids=[f"{m}-{k[0]}-{'force' if f else 'plain'}" for m, k, f in CASES])
 def test_the_plan_rebuilt_from_an_outcome_is_the_checked_plan(sources, model_type, keep, force):
     plan = plan_for(sources[model_type], keep)
@@ -57,6 +58,7 @@ def test_the_kinds_of_outcome_are_all_exercised(sources):
     assert {"exact", "mismatch", "selection changed", "solved"} <= seen, seen
 
 
+@pytest.mark.slow
 def test_a_verdict_is_remembered_only_for_the_same_inputs(sources, tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     src = sources["kimi_k25"]

@@ -50,6 +50,7 @@ def _comparable(doc: dict, out) -> dict:
     return doc
 
 
+@pytest.mark.slow
 def test_the_check_child_is_asked_before_the_copy_and_answers_after_it_started(sources, tmp_path):
     out = tmp_path / "models" / "llama-weights"
     r = run_cli("trim", str(sources["llama"]), "--keep", "0,3", "--mode", "weights", "--out", str(out), "--progress", env=FRESH)
@@ -63,6 +64,7 @@ def test_the_check_child_is_asked_before_the_copy_and_answers_after_it_started(s
     assert json.loads((out / "mxtrim-plan.json").read_text())["transformers_check"]["status"] == "exact"
 
 
+@pytest.mark.slow
 def test_a_remembered_verdict_asks_no_check_alongside(sources, tmp_path):
     env = {"XDG_CACHE_HOME": str(tmp_path / "cache")}
     assert run_cli("plan", str(sources["llama"]), "--keep", "0,3", env=env).returncode == 0
@@ -71,6 +73,7 @@ def test_a_remembered_verdict_asks_no_check_alongside(sources, tmp_path):
     assert not [e for e in _events(r.stderr) if e.get("name") == "check"]
 
 
+@pytest.mark.slow
 def test_a_check_that_blocks_the_plan_during_the_copy_leaves_nothing(sources, tmp_path):
     """transformers builds other layers than the kept ones: the copy already ran, and is gone."""
     out = tmp_path / "models" / "neox-weights"
@@ -93,6 +96,7 @@ def test_a_check_that_blocks_the_plan_during_the_copy_leaves_nothing(sources, tm
     assert "nothing written" in first.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model_type, keep", [("gpt_neox_japanese", "auto"), ("kimi_k25", "0,4,5")],
                          ids=["selection-widened", "field-solved"])
 def test_a_check_that_changes_the_plan_gives_the_check_first_output(sources, tmp_path, model_type, keep):
@@ -144,6 +148,7 @@ def test_answers_that_arrive_together_are_each_read():
         child.close()
 
 
+@pytest.mark.slow
 @pytest.mark.asyncio
 async def test_the_wizard_checks_a_loaded_source_so_its_write_finds_the_verdict(sources, tmp_path, monkeypatch):
     """The check child starts once a source is read in the wizard: by the output step the verdict

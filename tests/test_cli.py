@@ -96,6 +96,7 @@ def test_engine_never_imports_textual_and_startup_stays_light():
 
 
 # --- serve settings: from the flags into README.md, mxtrim-plan.json and --json ---------------
+@pytest.mark.slow
 def test_trim_writes_the_chosen_serve_settings(demo, tmp_path):
     out = tmp_path / "out"
     flags = ["--dp", "2", "--ep", "--max-model-len", "1024", "--max-num-seqs", "4", "--max-num-batched-tokens", "512",
@@ -158,6 +159,7 @@ def test_malformed_serve_settings_are_usage_errors(demo, tmp_path, flag, value, 
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_parallelism_vllm_would_refuse_blocks_the_trim(demo, tmp_path):
     # the demo has 4 attention heads and 6 layers; --keep 0,2 keeps 2
     result = run_cli("trim", str(demo), "--mode", "dummy", "--out", str(tmp_path / "out"), "--keep", "0,2", "--tp", "3", "--pp", "3")
@@ -190,6 +192,7 @@ def test_dummy_report_summarises_the_weight_shards(tmp_path):
     assert len([line for line in section.splitlines() if line.startswith("- ")]) < 10
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["dummy", "weights"])
 def test_progress_counts_every_written_file(demo, tmp_path, mode):
     out = tmp_path / "out"

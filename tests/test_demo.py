@@ -162,6 +162,7 @@ def test_structure(demo):
     assert headers["model.layers.0.self_attn.kv_b_proj.weight_scale_inv"][1].shape == (2, 1)
 
 
+@pytest.mark.slow
 def test_values_are_real_numbers(demo):
     torch = pytest.importorskip("torch")
     from safetensors import safe_open

@@ -89,6 +89,7 @@ def test_version_files_are_read_and_never_fail(tmp_path):
         "cpu", "cu128", "metax3.8.2.2", None, None]
 
 
+@pytest.mark.slow
 def test_the_warning_and_the_record_reach_the_validation_report(tmp_path, maca, monkeypatch):
     """offline_checks puts the probe's warning where the validation keeps its own; the README
     section shows it and the environment record."""

@@ -18,7 +18,7 @@ from mxtrim_tui.demo.build import build_demo
 MISSING = "/nonexistent/models/Qwen3-8B-smoke"
 
 
-pytestmark = pytest.mark.xdist_group("test_examples")  # its module fixture is built once, on one worker (make's --dist loadgroup)
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("test_examples")]  # slow: its module fixture takes 15 to 20 s here; built once, on one worker (make's --dist loadgroup)
 
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory):

@@ -257,6 +257,7 @@ def warnings_of(readme: str) -> list[str]:
     return [line[2:] for line in section.splitlines() if line.startswith("- ")]
 
 
+@pytest.mark.slow
 def test_a_dummy_output_without_a_tokenizer_and_with_a_stale_source_script_is_warned_of(sources, tmp_path):
     good, bad = sources
     out = tmp_path.joinpath(*MODELS, "bad-dummy")

@@ -28,6 +28,7 @@ def partial(tmp_path_factory) -> Path:
     return root
 
 
+@pytest.mark.slow
 def test_fetch_list_lists_the_shards_on_disk_too_and_says_so(partial):
     proc = run_cli("plan", str(partial), "--fetch-list")
     assert proc.stdout.splitlines() == ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]

@@ -126,6 +126,7 @@ def test_a_relative_python_is_recorded_as_an_absolute_path(setup, tmp_path):
     assert f"with `{setup['python']}`" in readme and f"with `{relative}`" not in readme
 
 
+@pytest.mark.slow
 def test_a_copied_output_is_validated_anew_saying_why(setup, tmp_path):
     """Its validation.json came with the copy: the run it holds was made for the folder copied
     from, so it does not answer for the copy."""
@@ -219,6 +220,7 @@ def test_a_path_that_is_not_a_directory_gets_one_wording_everywhere(setup, tmp_p
             assert r.returncode == 1 and r.stderr == f"mxtrim: error: {path}: {problem}\n", (command, r.stderr)
 
 
+@pytest.mark.slow
 def test_a_weights_trim_of_a_source_without_weights_names_the_source(setup, tmp_path):
     src = tmp_path / "config-only"
     src.mkdir()

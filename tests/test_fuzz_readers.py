@@ -904,6 +904,7 @@ def bases(scratch):
     return bases
 
 
+@pytest.mark.slow
 @settings(max_examples=1000, **FIXED)
 @given(r=st.randoms(use_true_random=False))
 def test_header_files_only_raise_input_error_and_agree_with_the_reference(scratch, r):
@@ -917,12 +918,14 @@ def test_parse_header_bytes_only_raises_input_error(r, extra):
     check_parse_bytes(raw, 8 + len(raw) + extra)
 
 
+@pytest.mark.slow
 @settings(max_examples=250, **FIXED)
 @given(r=st.randoms(use_true_random=False))
 def test_index_only_raises_input_error(scratch, bases, r):
     check_open_source(index_case(r, scratch, bases))
 
 
+@pytest.mark.slow
 @settings(max_examples=400, **FIXED)
 @given(r=st.randoms(use_true_random=False))
 def test_config_values_and_plan_only_raise_input_error(scratch, bases, r):

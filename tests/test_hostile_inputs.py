@@ -106,6 +106,7 @@ def test_a_newline_in_a_file_name_keeps_the_error_on_one_line(tmp_path):
     assert r.stderr.count("\n") == 1 and "bad\\nname" in r.stderr, r.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["dummy", "weights"])
 def test_a_file_name_that_is_not_utf8_is_copied_and_reported(source, tmp_path, mode):
     """A side file whose name is not UTF-8 (bytes 0xff 0xfe): copied under its exact name,

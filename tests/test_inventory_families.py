@@ -128,6 +128,7 @@ def test_deepseek_v3_details(tmp_path):
     assert inv.total_tensors == 91991 and len(inv.source.shards) >= 160
 
 
+@pytest.mark.slow
 def test_glm5_quant_ignore_entries_are_attached_to_layers(tmp_path):
     inv, _ = inventory_of(tmp_path, "glm_moe_dsa")
     assert inv.quantization.location == "config.json:compression_config"

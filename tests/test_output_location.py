@@ -33,6 +33,7 @@ def refused(demo: Path, out: Path | str) -> str:
     return lines[0]
 
 
+@pytest.mark.slow
 def test_out_below_a_regular_file(demo, tmp_path):
     (tmp_path / "README.md").write_text("a file")
     line = refused(demo, tmp_path / "README.md" / "x")
@@ -40,6 +41,7 @@ def test_out_below_a_regular_file(demo, tmp_path):
     assert listing(tmp_path) == ["README.md"]
 
 
+@pytest.mark.slow
 def test_out_where_nothing_can_be_created(demo):
     line = refused(demo, "/proc/x")
     assert "cannot write in /proc" in line and "No such file or directory" in line
@@ -55,6 +57,7 @@ def test_out_name_too_long(demo, tmp_path):
     assert listing(tmp_path) == []
 
 
+@pytest.mark.slow
 def test_out_that_exists(demo, tmp_path):
     (tmp_path / "taken").mkdir()
     line = refused(demo, tmp_path / "taken")

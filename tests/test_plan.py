@@ -390,6 +390,7 @@ def test_cli_plan_writes_nothing_and_trim_reports_json(sparse_models, tmp_path):
     assert json.loads((path / "mxtrim-plan.json").read_text())["kept"] == {"text": [0, 3]}
 
 
+@pytest.mark.slow
 def test_cli_blocking_errors_and_bad_specs(sparse_models, tmp_path):
     root = sparse_models("gpt_oss")
     out = run_cli("trim", str(root), "--mode", "dummy", "--keep", "1,2", "--out", str(tmp_path / "o"))
@@ -436,6 +437,7 @@ def test_a_declared_mtp_layer_without_tensors_is_not_claimed(sparse_models):
     assert with_mtp.mtp_kept is True
 
 
+@pytest.mark.slow
 def test_the_reports_serve_command_runs_a_kept_mtp_layer(sparse_models, tmp_path):
     """A kept MTP layer runs only as speculative decoding's drafter: the README's command says so."""
     _, plan = inventory_and_plan(sparse_models("deepseek_v3"), ["0,5"])
@@ -497,6 +499,7 @@ def _exaone(root: Path, config: dict) -> Path:
     return write_checkpoint(root, Layout("exaone", cfg, tensors), data="sparse", tokenizer=False)
 
 
+@pytest.mark.slow
 def test_the_original_exaone_layout_is_read_and_a_layout_mismatch_names_where_layers_were_sought(tmp_path):
     src = _exaone(tmp_path / "exaone", {"architectures": ["ExaoneForCausalLM"], "model_type": "exaone"})
     doc = json.loads(run_cli("plan", str(src), "--keep", "0,2", "--json").stdout)

@@ -25,6 +25,7 @@ def _tree(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["weights", "dummy"])
 def test_a_saved_plan_writes_byte_for_byte_what_the_flags_write(demo, tmp_path, mode):
     plan_file = tmp_path / "p.json"
@@ -55,6 +56,7 @@ def test_a_saved_plan_writes_byte_for_byte_what_the_flags_write(demo, tmp_path, 
         assert literal in readme, literal
 
 
+@pytest.mark.slow
 def test_a_changed_source_is_refused_naming_what_changed(demo, tmp_path):
     src = tmp_path / "src"
     shutil.copytree(demo, src)
@@ -101,6 +103,7 @@ def test_plan_files_are_never_overwritten_nor_saved_blocked(demo, tmp_path):
     (["--tp", "1"], "not --tp too"),
     (["--mode", "weights"], "--mode weights: the plan file's mode is dummy"),
 ])
+@pytest.mark.slow
 def test_a_plan_file_is_run_as_it_is(demo, tmp_path, extra, message):
     plan_file = tmp_path / "p.json"
     assert run_cli("plan", str(demo), "--keep", "0", "--mode", "dummy", "--save", str(plan_file)).returncode == 0

@@ -54,6 +54,7 @@ def test_a_two_gpu_output_exposes_two_gpus_when_none_are_named(outputs, tmp_path
     assert "${CUDA_VISIBLE_DEVICES:-${MACA_VISIBLE_DEVICES:-0,1}}" in readme and "serves on GPUs 0,1" in readme
 
 
+@pytest.mark.slow
 def test_pipeline_stages_count_too(outputs, tmp_path):
     seen, said = serve(outputs["tp2pp2"], tmp_path)
     assert seen == {"CUDA_VISIBLE_DEVICES": "0,1,2,3", "MACA_VISIBLE_DEVICES": "0,1,2,3"}
@@ -74,6 +75,7 @@ def test_a_list_the_user_set_is_left_alone_and_followed(outputs, tmp_path, named
     assert said == ""
 
 
+@pytest.mark.slow
 def test_tp_left_to_the_shell_takes_that_many_gpus(outputs, tmp_path):
     seen, said = serve(outputs["shell"], tmp_path, TP="3")
     assert seen["CUDA_VISIBLE_DEVICES"] == "0,1,2" == seen["MACA_VISIBLE_DEVICES"]

@@ -143,6 +143,7 @@ async def test_bad_source_shows_one_clear_error(tmp_path):
         assert app.screen.id == "source" and app.state.inventory is None
 
 
+@pytest.mark.slow
 @pytest.mark.asyncio
 async def test_cancel_kills_the_child_and_quitting_leaves_no_process(tmp_path):
     """Escape on the run screen terminates the child (SIGTERM to its group)."""
@@ -245,6 +246,7 @@ async def test_run_log_follows_a_burst_of_lines_until_the_user_scrolls_up(tmp_pa
         assert log.scroll_y == log.max_scroll_y and "third 199" in visible()
 
 
+@pytest.mark.slow
 @pytest.mark.asyncio
 async def test_help_and_command_palette(tmp_path):
     app = MxtrimApp(None, tree_root=tmp_path, gpu_probe=NO_GPU, workspace=tmp_path)
@@ -278,6 +280,7 @@ async def test_user_keymap_rebinds_by_binding_id(tmp_path, monkeypatch):
         assert app.screen.id == "inventory"
 
 
+@pytest.mark.slow
 @pytest.mark.asyncio
 async def test_real_weight_run_shows_bytes_progress_and_verification(tmp_path):
     """Output screen: choose real weights (keyboard), see the disk budget; run screen: byte
@@ -312,6 +315,7 @@ async def test_real_weight_run_shows_bytes_progress_and_verification(tmp_path):
     assert list(out.glob("*.safetensors"))
 
 
+@pytest.mark.slow
 @pytest.mark.asyncio
 async def test_budget_with_a_gpu_reading(tmp_path):
     """The figures an H200 returned through NVML in this project's device check: the table
@@ -339,6 +343,7 @@ async def test_budget_with_a_gpu_reading(tmp_path):
         assert "KV tokens" in view and "max concurrency" in view and "not available" not in view
 
 
+@pytest.mark.slow
 def test_the_wizard_checks_its_plan_in_the_check_child_not_in_its_own_process(tmp_path):
     """As the CLI does: torch and transformers are imported by the check child; the wizard's
     process (the UI) never holds them, yet its plan gets transformers' verdict."""

@@ -40,6 +40,7 @@ async def type_config(app, pilot, screen, text: str) -> None:
     await settle(app, pilot)
 
 
+@pytest.mark.slow
 @pytest.mark.asyncio
 async def test_the_write_appends_the_entry_to_the_model_yaml_typed_on_the_output_step(tmp_path, demo):
     app, ws = make_app(tmp_path, demo)
@@ -68,6 +69,7 @@ async def test_the_write_appends_the_entry_to_the_model_yaml_typed_on_the_output
     assert entry["tags"] == ["dummy-smoke", "moe"] and entry["serve_config"]["extra_args"]["--load-format"] == "dummy"
 
 
+@pytest.mark.slow
 @pytest.mark.asyncio
 async def test_a_name_already_in_the_file_is_refused_before_anything_is_written(tmp_path, demo):
     app, ws = make_app(tmp_path, demo)

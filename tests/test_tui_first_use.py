@@ -267,6 +267,7 @@ async def test_advertised_keys_work_from_the_initial_focus(tmp_path, demo):
 
 
 # --- 5. keymap.json mistakes are reported, only the bad entry ignored -----------------------
+@pytest.mark.slow
 @pytest.mark.asyncio
 async def test_keymap_mistakes_are_reported_and_collisions_refused(tmp_path, demo):
     cfg = tmp_path / "config" / "mxtrim"
@@ -314,6 +315,7 @@ async def test_keymap_that_is_not_json_is_reported(tmp_path, demo):
 
 
 # --- 7. run status lines describe the current state ------------------------------------------
+@pytest.mark.slow
 @pytest.mark.asyncio
 async def test_run_status_after_failure_success_and_cancel(tmp_path, demo):
     app, ws = make_app(tmp_path, demo)
@@ -362,6 +364,7 @@ async def test_run_status_after_failure_success_and_cancel(tmp_path, demo):
 
 
 # --- 8. counts agree with what is listed and written -----------------------------------------
+@pytest.mark.slow
 @pytest.mark.asyncio
 async def test_counts_agree_with_what_is_listed_and_written(tmp_path, demo):
     app, ws = make_app(tmp_path, demo)
@@ -451,6 +454,7 @@ async def test_80x24_numbers_visible_summary_scrolls_help_in_footer(tmp_path, de
 
 
 # --- 10. wording: F1 and the run screen speak of the product only ----------------------------
+@pytest.mark.slow
 @pytest.mark.asyncio
 async def test_help_lists_each_key_once_and_run_screen_has_no_project_talk(tmp_path, demo):
     app, ws = make_app(tmp_path, demo)

@@ -23,7 +23,7 @@ from tui_support import make_app, no_vllm_in_the_environment, plain, screen_line
 MODELS = Path("tools") / "batched_test" / "models"
 
 
-pytestmark = pytest.mark.xdist_group("test_tui_newcomer")  # its module fixture is built once, on one worker (make's --dist loadgroup)
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("test_tui_newcomer")]  # slow: its module fixture takes 15 to 20 s here; built once, on one worker (make's --dist loadgroup)
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):

@@ -84,6 +84,7 @@ def needed_line(app) -> str:
     return plain(app.screen.query_one("#needed-line")).strip()
 
 
+@pytest.mark.slow
 @pytest.mark.asyncio
 async def test_index_only_source_shows_what_is_missing_and_offers_no_real_weights(sources, tmp_path):
     (dirs, weight_map, listed, auto) = sources

@@ -144,6 +144,7 @@ async def test_after_a_validation_its_rows_and_the_serve_command_are_reachable(t
 
 # --- item 2: Escape leaves a text box ----------------------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.asyncio
 async def test_escape_leaves_a_text_box_then_the_step_keys_work(tmp_path, demo):
     app, _ = make_app(tmp_path, demo)

@@ -35,6 +35,7 @@ def box(app, selector: str) -> Input:
 
 # --- item 1: bursts ---------------------------------------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.asyncio
 async def test_the_issue_s_bursts_in_tp_and_context_are_what_the_boxes_show_and_step_5_uses(tmp_path, demo):
     app, ws = make_app(tmp_path, demo)
@@ -98,6 +99,7 @@ async def test_a_burst_in_the_path_box_reads_what_it_shows(tmp_path, demo):
         assert app.get_screen("source").query_one("#path", Input).value == str(demo)
 
 
+@pytest.mark.slow
 @pytest.mark.asyncio
 async def test_a_burst_through_the_filter_the_spec_and_the_output_boxes(tmp_path, demo):
     app, ws = make_app(tmp_path, demo)
@@ -151,6 +153,7 @@ async def test_a_burst_in_the_validate_dialog_checks_the_output_typed(tmp_path, 
 
 # --- item 2: a step key never types into a box left behind ------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.asyncio
 @pytest.mark.parametrize("fast", [False, True], ids=["key by key", "burst"])
 async def test_returning_to_a_step_starts_outside_its_text_boxes(tmp_path, demo, fast):
@@ -183,6 +186,7 @@ async def test_returning_to_a_step_starts_outside_its_text_boxes(tmp_path, demo,
 
 # --- item 6: the inventory filter lets go; help and the selection tabs name their keys ----------
 
+@pytest.mark.slow
 @pytest.mark.asyncio
 async def test_the_filter_lets_go_and_f1_says_how(tmp_path, demo):
     app, ws = make_app(tmp_path, demo)
@@ -219,6 +223,7 @@ def footer_keys(app) -> list[str]:
     return [f"{k.key_display} {k.description}" for k in app.screen.query(FooterKey)]
 
 
+@pytest.mark.slow
 @pytest.mark.asyncio
 async def test_the_selection_tabs_have_a_key_in_the_footer(tmp_path, demo):
     app, ws = make_app(tmp_path, demo)

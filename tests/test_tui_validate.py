@@ -124,6 +124,7 @@ async def test_the_log_can_take_the_whole_screen_at_80x24_and_long_lines_wrap(tm
         await pilot.press("y")
 
 
+@pytest.mark.slow
 @pytest.mark.asyncio
 async def test_f1_help_shows_the_run_key_for_the_log_and_the_placeholders_of_the_output_step(tmp_path, demo):
     app, _ = make_app(tmp_path, demo)

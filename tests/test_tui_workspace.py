@@ -86,6 +86,7 @@ async def test_the_list_shows_each_model_with_its_state_and_verdict(tmp_path, wo
         assert not screen.query_one("#workspace-note").display
 
 
+@pytest.mark.slow
 @pytest.mark.asyncio
 async def test_enter_shows_an_output_and_its_source_is_read_and_the_wizard_goes_on(tmp_path, workspace):
     demo, ws = workspace
@@ -109,6 +110,7 @@ async def test_enter_shows_an_output_and_its_source_is_read_and_the_wizard_goes_
         assert "mxtrim-demo-moe" in plain(app.screen.query_one("#summary"))
 
 
+@pytest.mark.slow
 @pytest.mark.asyncio
 async def test_a_hand_made_example_shows_its_scripts_never_run(tmp_path, workspace):
     demo, ws = workspace

@@ -165,6 +165,7 @@ def events(state: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
+@pytest.mark.slow
 def test_servers_share_a_free_gpu_one_profiling_at_a_time_and_never_a_gpu_held_by_another(built, gpus, tmp_path):
     state, other = gpus
     models = shutil.copytree(built["models"], tmp_path / "models")
@@ -195,6 +196,7 @@ def test_servers_share_a_free_gpu_one_profiling_at_a_time_and_never_a_gpu_held_b
         assert "shared with its other servers" in run["environment"]["devices"] or "idle" in run["environment"]["devices"]
 
 
+@pytest.mark.slow
 def test_starting_lets_the_next_server_start_only_once_the_previous_engine_announced_itself(built, gpus, tmp_path):
     """``--starting 1``: one server at a time in its CPU start-up. The stand-in's engine line
     comes 1 s after its start, so each start follows the previous one by at least that; the
@@ -226,6 +228,7 @@ def test_a_gpu_holding_another_process_memory_is_refused_and_nothing_starts(buil
     assert "refused" in (models / "validation-matrix.md").read_text()
 
 
+@pytest.mark.slow
 def test_a_share_too_large_to_share_runs_one_server_per_gpu_in_turn(built, gpus, tmp_path):
     """Shares of 0.6 do not fit twice on a GPU: one server at a time on GPU 1, never beside
     another's memory on GPU 0."""
@@ -242,6 +245,7 @@ def test_a_share_too_large_to_share_runs_one_server_per_gpu_in_turn(built, gpus,
     assert "paused" not in r.stderr
 
 
+@pytest.mark.slow
 def test_pipeline_parallel_servers_take_tp_times_pp_gpus_free_of_others(built, gpus, tmp_path):
     """``--pp 2``: each server needs two GPUs. With GPU 0 holding another's memory there is one
     free GPU, so the batch refuses and starts nothing; with three more GPUs free each server
@@ -375,6 +379,7 @@ def _memory_batch(tmp_path, when: str) -> list[tuple]:
     return seen
 
 
+@pytest.mark.slow
 def test_the_failure_is_judged_on_every_line_even_those_written_after_the_result(tmp_path):
     """The child's last log lines may come after its JSON (a loaded machine; seen once in a
     loaded full run): the batch reads both streams to the end before it decides whether the
@@ -383,6 +388,7 @@ def test_the_failure_is_judged_on_every_line_even_those_written_after_the_result
     assert ("done", "a", 1, True) in seen and seen[-1] == ("done", "a", 0, False), seen
 
 
+@pytest.mark.slow
 def test_a_start_that_fails_on_memory_beside_a_neighbour_is_run_again_alone(tmp_path):
     """Not the output's failure: the batch runs it again with the GPU to itself, and only that
     run makes its row."""

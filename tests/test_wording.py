@@ -30,6 +30,7 @@ def _said(proc) -> str:
     return " ".join(proc.stdout.split())  # rich wraps at the pipe's 80 columns
 
 
+@pytest.mark.slow
 def test_one_layer_is_one_layer(two_layers, tmp_path):
     ws = tmp_path / "ws"
     proc = run_cli("trim", str(two_layers), "--mode", "dummy", "--keep", "0", "--no-mtp", "--workspace", str(ws))
@@ -40,6 +41,7 @@ def test_one_layer_is_one_layer(two_layers, tmp_path):
     assert "dummy · 1 layer · source" in listed.stdout and "1 layers" not in listed.stdout
 
 
+@pytest.mark.slow
 def test_a_new_harness_list_is_created_with_the_entry(two_layers, tmp_path):
     config = tmp_path / "smoke.yaml"
     proc = run_cli("trim", str(two_layers), "--mode", "dummy", "--keep", "0", "--no-mtp", "--workspace", str(tmp_path / "ws"),
@@ -49,6 +51,7 @@ def test_a_new_harness_list_is_created_with_the_entry(two_layers, tmp_path):
     assert config.is_file()
 
 
+@pytest.mark.slow
 def test_a_plan_that_changes_no_configuration_field_says_so(two_layers):
     proc = run_cli("plan", str(two_layers), "--keep", "0,1", "--mtp")
     assert proc.returncode == 0, proc.stderr
@@ -69,6 +72,7 @@ def test_a_judge_without_transformers_says_the_check_did_not_run(two_layers, tmp
     assert "judged by transformers not installed" not in said
 
 
+@pytest.mark.slow
 @pytest.mark.asyncio
 async def test_the_spec_placeholder_is_a_spec_the_loaded_model_takes(two_layers, tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
