@@ -31,6 +31,12 @@ def register(sub) -> None:
     va.add_argument("--starting", type=_jobs, metavar="N",
                     help="with --jobs: at most N servers in their CPU start-up at once (before their engine takes the GPU), "
                     "so the first reach their memory measurement sooner (default, or auto: no limit)")
+    va.add_argument("--ray", metavar="ADDRESS", nargs="?", const="auto",
+                    help="validate the outputs as tasks of a Ray cluster (auto, the default: $RAY_ADDRESS or the cluster "
+                    "running here), each on a node with the GPUs it needs, in that node's interpreter; the outputs must "
+                    "lie on a filesystem every node mounts (needs mxtrim-tui[ray])")
+    va.add_argument("--retries", type=_retries, default=0, metavar="N",
+                    help="with --ray: run a validation lost with its node (or its worker) again, up to N times (default 0)")
     va.add_argument("--gpu-memory-utilization", type=_share, metavar="F",
                     help="the share of a GPU's memory each server may use, in (0, 1] (default: the output's serve settings)")
     validation_args(va)
@@ -60,6 +66,12 @@ def _jobs(text: str) -> int | None:
     return _count(text, "a number of servers (1, 2, …) or auto")
 
 
+def _retries(text: str) -> int:
+    if text.strip().isdigit():
+        return int(text)
+    raise argparse.ArgumentTypeError(f"{text!r} is not a number of retries (0, 1, …)")
+
+
 def _ranks(text: str) -> int:
     """``--tp`` / ``--pp`` of validate: a size of at least 1."""
     return _count(text, "a parallel size (1, 2, …)")
@@ -76,7 +88,7 @@ def _share(text: str) -> float:
 
 
 def run(args) -> int:
-    if args.all_in is not None or len(args.output) > 1:
+    if args.all_in is not None or len(args.output) > 1 or args.ray is not None:
         return validate_many(args)
     if len(args.output) != 1:
         raise UsageError("mxtrim validate: error: give an output directory (OUT), several, or --all [FOLDER]")

@@ -41,6 +41,7 @@ def validate_many(args) -> int:
     from ..core.probe.vllm_python import SETTING, find_vllm_python
 
     outputs, hand_made, folder = _many_outputs(args)
+    ray = _ray_cluster(args) if getattr(args, "ray", None) is not None else None
     vllm = find_vllm_python(args.python, get_setting(SETTING))
     now = now_versions(vllm.python)
     rows = [batch.MatrixRow(str(o), batch.NOT_RUN) for o in outputs]
@@ -53,7 +54,9 @@ def validate_many(args) -> int:
 
     running: list[int] = []  # the rows being validated now
     try:
-        if getattr(args, "jobs", 1) == 1:
+        if ray is not None:
+            _validate_on_ray(ray, args, outputs, rows, vllm, now, lambda: publish(False), running)
+        elif getattr(args, "jobs", 1) == 1:
             for i, out in enumerate(outputs):
                 running[:] = [i]
                 rows[i] = _validate_one_of_many(args, out, vllm, now, f"[{i + 1}/{len(outputs)}]")
@@ -195,9 +198,14 @@ def _side_by_side_argv(args, python: str, job, vendor: str | None) -> list[str]:
         argv += ["--device", device, "--gpus", ",".join(map(str, job.gpus)), "--gpu-memory-utilization", f"{job.share:g}"]
     else:
         argv += ["--device", args.device]
+    return argv + _checks_and_server_flags(args)
+
+
+def _checks_and_server_flags(args) -> list[str]:
+    """The flags every output's child validation of a batch gets as this batch got them."""
     flags = (("--serve", args.serve), ("--speculative", args.speculative), ("--equivalence", args.equivalence),
              ("--trust-remote-code", args.trust_remote_code), ("--ep", args.expert_parallel))
-    argv += [flag for flag, on in flags if on]
+    argv = [flag for flag, on in flags if on]
     for flag, value in (("--launcher", args.launcher), ("--kv-cache-memory-bytes", args.kv_cache_memory_bytes),
                         ("--max-model-len", args.max_model_len)):
         if value is not None:
@@ -249,3 +257,99 @@ class _SideBySideReport:
     def pause(self, job, paused: bool) -> None:
         gpus = ",".join(map(str, job.gpus))
         self._say(job, f": paused while another server on GPU {gpus} measures its memory" if paused else ": continued")
+
+
+def _ray_cluster(args):
+    """The ``ray`` module joined to the cluster ``--ray`` names, before anything starts."""
+    from ..core.validate.ray_batch import RayUnavailable, connect
+    from .arguments import UsageError
+
+    try:
+        return connect(None if args.ray == "auto" else args.ray)
+    except RayUnavailable as exc:
+        raise UsageError(f"mxtrim: error: {exc}") from None
+
+
+def _validate_on_ray(ray, args, outputs: list[Path], rows: list, vllm, now: dict | None, publish, running: list[int]) -> None:
+    """``validate --ray``: each output not reused is a Ray task (core.validate.ray_batch) on a
+    node with TP × PP GPUs (none with --device cpu); rows filled and ``publish()`` called as each
+    lands, with the node that ran it."""
+    from ..core.validate import batch
+    from ..core.validate.ray_batch import LOST, RayBatch, RayJob, largest_node_gpus
+    from ..core.validate.run import read_output
+
+    total = len(outputs)
+    widest = largest_node_gpus(ray)
+    jobs = []
+    for i, out in enumerate(outputs):
+        rows[i] = _reused_row(args, out, vllm, now, f"[{i + 1}/{total}]")
+        if rows[i].state == batch.REUSED:
+            continue
+        try:
+            serve = read_output(out).get("serve") or {}
+        except InputError as exc:
+            print(f"mxtrim: error: {exc}", file=sys.stderr, flush=True)
+            rows[i] = batch.MatrixRow(str(out), batch.REFUSED, False, note=str(exc))
+            continue
+        tp, pp = parallel_sizes(args, serve)
+        gpus = 0 if args.device == "cpu" else tp * pp
+        if gpus > widest:
+            why = (f"its server takes {gpus} GPUs (TP {tp} × PP {pp}) and no node of the Ray cluster has that many "
+                   f"(the most on one node: {widest})")
+            print(f"[{i + 1}/{total}] {out}: not started: {why}", file=sys.stderr, flush=True)
+            rows[i] = batch.MatrixRow(str(out), batch.REFUSED, False, note=why)
+            continue
+        jobs.append(RayJob(i, out, gpus))
+    publish()
+
+    def say(job, text: str) -> None:
+        print(f"[{job.index + 1}/{total}] {job.output}{text}", file=sys.stderr, flush=True)
+
+    def started(job) -> None:
+        running.append(job.index)
+        say(job, " submitted" + (" again" if job.attempts > 1 else "") + (f" ({job.gpus} GPU)" if job.gpus else ""))
+
+    def done(job, result: dict) -> None:
+        running.remove(job.index)
+        host = (result.get("node") or {}).get("host", "")
+        lost = f"{LOST} on {', '.join(job.lost_on)}, validated again" if job.lost_on else ""
+        doc = result.get("doc")
+        if doc is None:
+            why = result.get("unreadable") or result.get("error") or next(
+                (line[len("mxtrim: error: "):] for line in reversed(result.get("tail") or []) if line.startswith("mxtrim: error: ")),
+                f"the validation exited with status {result.get('code')} without a result")
+            say(job, f": {why}")
+            rows[job.index] = batch.MatrixRow(str(job.output), batch.REFUSED, False, note=why, node=host)
+        else:
+            row = rows[job.index] = _with_note(_validated_row(job.output, doc, result.get("code") == 0), rows[job.index].note)
+            row.node = host
+            row.note = "; ".join(n for n in (row.note, lost) if n)
+            say(job, f": {'ok' if row.ok else 'failed'} on {host} (recorded in validation.json)")
+        publish()
+
+    def lost(job, what: str, retried: bool) -> None:
+        running.remove(job.index)
+        job.lost_on.append(what)
+        say(job, f": {LOST}: {what}" + ("; submitted again" if retried else ""))
+        if not retried:
+            rows[job.index] = batch.MatrixRow(str(job.output), batch.INTERRUPTED, False, note=f"{LOST}: {what}")
+            publish()
+
+    def cancelled(job) -> None:
+        if rows[job.index].state == batch.NOT_RUN:
+            rows[job.index] = batch.MatrixRow(str(job.output), batch.INTERRUPTED, note="cancelled (Ctrl-C)")
+
+    RayBatch(ray, jobs, lambda job: _ray_argv(args, job), args.retries, done, lost, cancelled, started).run()
+
+
+def _ray_argv(args, job) -> list[str]:
+    """The flags of one output's validation on its node (the node resolves the vLLM interpreter
+    unless --python names one; Ray's GPUs are added there)."""
+    argv = ["--json", "--progress", "--timeout", f"{args.timeout:g}", "--device", args.device]
+    if args.python:
+        argv += ["--python", args.python]
+    if args.tp != 1 or args.pp != 1:
+        argv += ["--tp", str(args.tp), "--pp", str(args.pp)]
+    if args.gpu_memory_utilization is not None:
+        argv += ["--gpu-memory-utilization", f"{args.gpu_memory_utilization:g}"]
+    return argv + _checks_and_server_flags(args)

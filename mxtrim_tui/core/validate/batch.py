@@ -39,6 +39,7 @@ class MatrixRow:
     started: str | None = None  # when the run shown was made
     cells: dict = field(default_factory=dict)  # column -> {"status", "class"?}
     note: str = ""
+    node: str = ""  # the Ray node that ran it (validate --ray)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -210,15 +211,16 @@ def _shown(cell: dict | None) -> str:
 def matrix_markdown(doc: dict) -> str:
     versions = doc.get("versions") or {}
     env = ", ".join(f"{k} {v}" for k, v in versions.items() if v) or "versions unknown"
+    on_nodes = any(row.get("node") for row in doc["rows"])
     lines = ["# Validation matrix", "", f"With `{doc['python']}` ({env})."
              + ("" if doc["complete"] else " **Interrupted**: the rows below \"interrupted\" were not run."), "",
-             "| output | run | " + " | ".join(doc["columns"]) + " | ok |",
-             "| --- | --- | " + " | ".join("---" for _ in doc["columns"]) + " | --- |"]
+             "| output | run | " + " | ".join(doc["columns"]) + " | ok |" + (" node |" if on_nodes else ""),
+             "| --- | --- | " + " | ".join("---" for _ in doc["columns"]) + " | --- |" + (" --- |" if on_nodes else "")]
     for row in doc["rows"]:
         run = row["state"] + (f" ({row['started']})" if row["started"] and row["state"] == REUSED else "")
         cells = " | ".join(_shown(row["cells"].get(c)) for c in doc["columns"])
         ok = {True: "yes", False: "**no**", None: ""}[row["ok"]]
-        lines.append(f"| {Path(row['output']).name} | {run} | {cells} | {ok} |")
+        lines.append(f"| {Path(row['output']).name} | {run} | {cells} | {ok} |" + (f" {row.get('node') or ''} |" if on_nodes else ""))
     notes = [f"- {Path(r['output']).name}: {r['note']}" for r in doc["rows"] if r["note"]]
     notes += [f"- {Path(h['path']).name}: {h['note']}" for h in doc["hand_made"]]
     return "\n".join(lines + ([""] + notes if notes else [])) + "\n"
