@@ -41,7 +41,7 @@ def cluster(built, tmp_path_factory):  # noqa: F811
     its own STANDIN_GPU_DIR, taken from the environment it was started in."""
     root = tmp_path_factory.mktemp("ray")
     saved = {k: os.environ.get(k) for k in ("STANDIN_GPU_DIR", "PYTHONPATH", "MXTRIM_VLLM_PYTHON", "CUDA_VISIBLE_DEVICES")}
-    os.environ.pop("MXTRIM_VLLM_PYTHON", None)
+    os.environ["MXTRIM_VLLM_PYTHON"] = built["python"]  # each node's own vLLM interpreter
     os.environ.pop("CUDA_VISIBLE_DEVICES", None)
     os.environ["PYTHONPATH"] = os.pathsep.join([str(built["root"] / "standin"), str(REPO)])
     dirs = {}
@@ -64,15 +64,18 @@ def cluster(built, tmp_path_factory):  # noqa: F811
     c.shutdown()
 
 
-def argv(built, models: Path, address: str, *extra: str) -> list[str]:  # noqa: F811
+def argv(built, models: Path, address: str, *extra: str, python: bool = True) -> list[str]:  # noqa: F811
     launcher = f"{sys.executable} {built['root'] / 'server.py'} serve"
-    return cli_argv("validate", "--all", str(models), "--serve", "--again", "--python", built["python"],
+    named = ["--python", built["python"]] if python else []
+    return cli_argv("validate", "--all", str(models), "--serve", "--again", *named,
                     "--launcher", launcher, "--timeout", "60", "--device", "cuda", "--json", "--ray", address, *extra)
 
 
-def run_batch(built, models, address, *extra) -> subprocess.CompletedProcess:  # noqa: F811
+def run_batch(built, models, address, *extra, python: bool = True, env_extra=None) -> subprocess.CompletedProcess:  # noqa: F811
     env = {k: v for k, v in os.environ.items() if k not in ("CUDA_VISIBLE_DEVICES", "MXTRIM_VLLM_PYTHON", "RAY_ADDRESS")}
-    return subprocess.run(argv(built, models, address, *extra), capture_output=True, text=True, env=env, timeout=300)
+    env.update(env_extra or {})
+    return subprocess.run(argv(built, models, address, *extra, python=python), capture_output=True, text=True, env=env,
+                          timeout=300)
 
 
 def events(folder: Path) -> list[dict]:
@@ -108,7 +111,10 @@ def workspace(built, tmp_path, names) -> Path:  # noqa: F811
 def test_each_output_runs_on_a_node_with_its_gpus_and_lands_as_a_local_run(built, cluster, tmp_path):  # noqa: F811
     clear_events(cluster)
     models = workspace(built, tmp_path, ["a", "b", "c", "d"])
-    r = run_batch(built, models, cluster["cluster"].address, "--gpu-memory-utilization", "0.3")
+    # no --python, and no vLLM where the batch starts ($MXTRIM_VLLM_PYTHON there names a folder
+    # without one): each node validates with its own ($MXTRIM_VLLM_PYTHON of its raylet)
+    r = run_batch(built, models, cluster["cluster"].address, "--gpu-memory-utilization", "0.3", python=False,
+                  env_extra={"MXTRIM_VLLM_PYTHON": str(tmp_path / "no-vllm-here" / "python")})
     doc = json.loads(r.stdout)  # (the offline checks fail in the stand-in environment, which has no transformers)
     assert [row["state"] for row in doc["rows"]] == ["validated"] * 4 and doc["complete"], r.stderr[-3000:]
     assert all(row["cells"]["start-up"]["status"] == row["cells"]["generation"]["status"] == "passed" for row in doc["rows"])
@@ -124,6 +130,8 @@ def test_each_output_runs_on_a_node_with_its_gpus_and_lands_as_a_local_run(built
         run = json.loads((Path(row["output"]) / "validation.json").read_text())["runs"][-1]
         assert run["settings"]["gpus"] in ("0", "1") and run["settings"]["gpu_memory_utilization"] == 0.3
         assert {r["check"]: r["status"] for r in run["rows"]}["start-up"] == "passed"
+        assert run["python"] == built["python"], run["python"]
+    assert doc["python"].startswith("each Ray node's own vLLM interpreter")
     assert standin_servers(built) == []
 
 

@@ -13,6 +13,9 @@ from ..core.errors import InputError
 from .validation_run import leftover_servers_notice, parallel_sizes, run_validation, serve_options
 
 
+NODES_OWN = "each Ray node's own vLLM interpreter (none found where the batch was started)"
+
+
 def _many_outputs(args) -> tuple[list[Path], list[Path], Path]:
     """(mxtrim outputs, hand-made examples, matrix folder) of ``validate OUT1 OUT2 …`` / ``--all``."""
     from ..core.validate.batch import outputs_in
@@ -38,18 +41,23 @@ def validate_many(args) -> int:
     from ..core.user_settings import get_setting
     from ..core.validate import batch
     from ..core.validate.examples import now_versions
-    from ..core.probe.vllm_python import SETTING, find_vllm_python
+    from ..core.probe.vllm_python import SETTING, VllmNotFound, find_vllm_python
 
     outputs, hand_made, folder = _many_outputs(args)
     ray = _ray_cluster(args) if getattr(args, "ray", None) is not None else None
-    vllm = find_vllm_python(args.python, get_setting(SETTING))
-    now = now_versions(vllm.python)
+    try:
+        vllm = find_vllm_python(args.python, get_setting(SETTING))
+    except VllmNotFound:
+        if ray is None or args.python:
+            raise
+        vllm = None  # a driver without vLLM: each node resolves its own, and no earlier run is reused
+    now = now_versions(vllm.python) if vllm is not None else None
     rows = [batch.MatrixRow(str(o), batch.NOT_RUN) for o in outputs]
     leftover_servers_notice(args)
     i = 0
 
     def publish(complete: bool) -> tuple[dict, tuple[Path, Path]]:
-        doc = batch.matrix_document(rows, vllm.python, now, hand_made, complete)
+        doc = batch.matrix_document(rows, vllm.python if vllm is not None else NODES_OWN, now, hand_made, complete)
         return doc, batch.write_matrix(folder, doc)
 
     running: list[int] = []  # the rows being validated now
@@ -98,6 +106,8 @@ def _reused_row(args, out: Path, vllm, now: dict | None, counter: str):
     from ..core.validate.examples import last_run
 
     serve = args.serve or args.equivalence
+    if vllm is None:
+        return batch.MatrixRow(str(out), batch.NOT_RUN, note="validated anew: no vLLM here to compare its last run with")
     earlier = None if args.again else last_run(out)
     elsewhere = batch.recorded_elsewhere(earlier, out)
     if elsewhere:
