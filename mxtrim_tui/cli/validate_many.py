@@ -285,6 +285,7 @@ def _validate_on_ray(ray, args, outputs: list[Path], rows: list, vllm, now: dict
     node with TP × PP GPUs (none with --device cpu); rows filled and ``publish()`` called as each
     lands, with the node that ran it."""
     from ..core.validate import batch
+    from ..core.units import plural
     from ..core.validate.ray_batch import LOST, RayBatch, RayJob, largest_node_gpus
     from ..core.validate.run import read_output
 
@@ -317,12 +318,12 @@ def _validate_on_ray(ray, args, outputs: list[Path], rows: list, vllm, now: dict
 
     def started(job) -> None:
         running.append(job.index)
-        say(job, " submitted" + (" again" if job.attempts > 1 else "") + (f" ({job.gpus} GPU)" if job.gpus else ""))
+        say(job, " submitted" + (" again" if job.attempts > 1 else "") + (f" ({plural(job.gpus, 'GPU')})" if job.gpus else ""))
 
     def done(job, result: dict) -> None:
         running.remove(job.index)
         host = (result.get("node") or {}).get("host", "")
-        lost = f"{LOST} on {', '.join(job.lost_on)}, validated again" if job.lost_on else ""
+        lost = f"{LOST} ({'; '.join(job.losses)}), validated again" if job.losses else ""
         doc = result.get("doc")
         if doc is None:
             why = result.get("unreadable") or result.get("error") or next(
@@ -339,7 +340,7 @@ def _validate_on_ray(ray, args, outputs: list[Path], rows: list, vllm, now: dict
 
     def lost(job, what: str, retried: bool) -> None:
         running.remove(job.index)
-        job.lost_on.append(what)
+        job.losses.append(what)
         say(job, f": {LOST}: {what}" + ("; submitted again" if retried else ""))
         if not retried:
             rows[job.index] = batch.MatrixRow(str(job.output), batch.INTERRUPTED, False, note=f"{LOST}: {what}")

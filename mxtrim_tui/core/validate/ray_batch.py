@@ -106,7 +106,7 @@ class RayJob:
     output: Path
     gpus: int  # whole devices its server takes (TP × PP; 0 on the CPU)
     attempts: int = 0
-    lost_on: list[str] = field(default_factory=list)  # the nodes it was lost on
+    losses: list[str] = field(default_factory=list)  # what Ray said each time it was lost
 
 
 def validate_on_node(output: str, argv: list[str]) -> dict:
