@@ -230,9 +230,9 @@ def test_a_node_lost_mid_validation_leaves_its_row_interrupted_or_retried_elsewh
     else:
         assert lost["state"] == "interrupted" and lost["note"].startswith("interrupted (node lost)")
         assert proc.returncode == 1
-    # the validation on the lost node stopped its server (its worker's death reached it)
+    # no server outlives the lost node: its validation stops it on its worker's death (or, on a
+    # loaded machine, Ray's clean-up of the dead worker's children kills it first)
     assert wait_for(lambda: standin_servers(built) == [], 30), standin_servers(built)
-    assert any(e["what"] == "stop" for e in events(folder_a))
 
 
 def test_ctrl_c_cancels_every_task_and_leaves_no_server_on_any_node(built, cluster, tmp_path):  # noqa: F811
