@@ -8,6 +8,7 @@ address; each validation is a Ray task that runs ``mxtrim validate OUT`` on its 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -35,18 +36,38 @@ def _gpu_folder(path: Path, count: int) -> Path:
     return path
 
 
+@contextlib.contextmanager
+def node_environment(built):  # noqa: F811
+    """What the raylets started inside see (and pass on to their tasks): the stand-ins on the
+    path, no GPUs named, each node's own vLLM interpreter; the test process's own restored after."""
+    saved = {k: os.environ.get(k) for k in ("STANDIN_GPU_DIR", "PYTHONPATH", "MXTRIM_VLLM_PYTHON", "CUDA_VISIBLE_DEVICES")}
+    os.environ["MXTRIM_VLLM_PYTHON"] = built["python"]
+    os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(built["root"] / "standin"), str(REPO)])
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def driver_env(**extra) -> dict:
+    """The batch's environment: none of the test process's GPU, vLLM or Ray settings."""
+    env = {k: v for k, v in os.environ.items() if k not in ("CUDA_VISIBLE_DEVICES", "MXTRIM_VLLM_PYTHON", "RAY_ADDRESS")}
+    return env | extra
+
+
 @pytest.fixture(scope="module")
 def cluster(built, tmp_path_factory):  # noqa: F811
     """Head: 1 stand-in GPU; worker: 2. Each raylet (and so each task and its validation) has
     its own STANDIN_GPU_DIR, taken from the environment it was started in."""
     root = tmp_path_factory.mktemp("ray")
-    saved = {k: os.environ.get(k) for k in ("STANDIN_GPU_DIR", "PYTHONPATH", "MXTRIM_VLLM_PYTHON", "CUDA_VISIBLE_DEVICES")}
-    os.environ["MXTRIM_VLLM_PYTHON"] = built["python"]  # each node's own vLLM interpreter
-    os.environ.pop("CUDA_VISIBLE_DEVICES", None)
-    os.environ["PYTHONPATH"] = os.pathsep.join([str(built["root"] / "standin"), str(REPO)])
     dirs = {}
     c = Cluster()
-    try:
+    with node_environment(built):
         os.environ["STANDIN_GPU_DIR"] = str(_gpu_folder(root / "head", 1))
         head = c.add_node(num_cpus=2, num_gpus=1, include_dashboard=False)
         dirs[head.node_id] = root / "head"
@@ -54,12 +75,6 @@ def cluster(built, tmp_path_factory):  # noqa: F811
         worker = c.add_node(num_cpus=2, num_gpus=2)
         dirs[worker.node_id] = root / "worker"
         c.wait_for_nodes()
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
     yield {"cluster": c, "head": head, "worker": worker, "dirs": dirs, "root": root}
     c.shutdown()
 
@@ -72,10 +87,8 @@ def argv(built, models: Path, address: str, *extra: str, python: bool = True) ->
 
 
 def run_batch(built, models, address, *extra, python: bool = True, env_extra=None) -> subprocess.CompletedProcess:  # noqa: F811
-    env = {k: v for k, v in os.environ.items() if k not in ("CUDA_VISIBLE_DEVICES", "MXTRIM_VLLM_PYTHON", "RAY_ADDRESS")}
-    env.update(env_extra or {})
-    return subprocess.run(argv(built, models, address, *extra, python=python), capture_output=True, text=True, env=env,
-                          timeout=300)
+    return subprocess.run(argv(built, models, address, *extra, python=python), capture_output=True, text=True,
+                          env=driver_env(**(env_extra or {})), timeout=300)
 
 
 def events(folder: Path) -> list[dict]:
@@ -184,24 +197,14 @@ def wait_for(condition, seconds: float = 120.0) -> bool:
 def two_single_gpu_nodes(built, tmp_path):  # noqa: F811
     """A cluster of its own (a node of it is removed): a head without GPUs, nodes A and B with
     one stand-in GPU each, so that two outputs run one on each."""
-    saved = {k: os.environ.get(k) for k in ("STANDIN_GPU_DIR", "PYTHONPATH", "MXTRIM_VLLM_PYTHON", "CUDA_VISIBLE_DEVICES")}
-    os.environ.pop("MXTRIM_VLLM_PYTHON", None)
-    os.environ.pop("CUDA_VISIBLE_DEVICES", None)
-    os.environ["PYTHONPATH"] = os.pathsep.join([str(built["root"] / "standin"), str(REPO)])
     c = Cluster()
     nodes = {}
-    try:
+    with node_environment(built):
         c.add_node(num_cpus=1, num_gpus=0, include_dashboard=False)
         for name in ("a", "b"):
             os.environ["STANDIN_GPU_DIR"] = str(_gpu_folder(tmp_path / f"node-{name}", 1))
             nodes[name] = (c.add_node(num_cpus=1, num_gpus=1), tmp_path / f"node-{name}")
         c.wait_for_nodes()
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
     yield c, nodes
     c.shutdown()
 
@@ -210,7 +213,7 @@ def two_single_gpu_nodes(built, tmp_path):  # noqa: F811
 def test_a_node_lost_mid_validation_leaves_its_row_interrupted_or_retried_elsewhere(built, two_single_gpu_nodes, tmp_path, retries):  # noqa: F811
     c, nodes = two_single_gpu_nodes
     models = workspace(built, tmp_path, ["a", "b"])
-    env = {k: v for k, v in os.environ.items() if k not in ("CUDA_VISIBLE_DEVICES", "MXTRIM_VLLM_PYTHON", "RAY_ADDRESS")}
+    env = driver_env()
     proc = subprocess.Popen(argv(built, models, c.address, "--retries", str(retries)), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env)
     (node_a, folder_a), (_, folder_b) = nodes["a"], nodes["b"]
@@ -238,7 +241,7 @@ def test_a_node_lost_mid_validation_leaves_its_row_interrupted_or_retried_elsewh
 def test_ctrl_c_cancels_every_task_and_leaves_no_server_on_any_node(built, cluster, tmp_path):  # noqa: F811
     clear_events(cluster)
     models = workspace(built, tmp_path, ["a", "b", "c"])
-    env = {k: v for k, v in os.environ.items() if k not in ("CUDA_VISIBLE_DEVICES", "MXTRIM_VLLM_PYTHON", "RAY_ADDRESS")}
+    env = driver_env()
     proc = subprocess.Popen(argv(built, models, cluster["cluster"].address), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env)
     folders = list(cluster["dirs"].values())

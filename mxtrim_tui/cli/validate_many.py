@@ -158,6 +158,23 @@ def _with_note(row, note: str):
     return row
 
 
+def _serve_settings_to_run(args, out: Path, i: int, total: int, rows: list, vllm, now: dict | None) -> dict | None:
+    """The serve settings of an output a batch runs now (``rows[i]``: its row until then);
+    None, with its row filled, where its earlier run is reused or the output is refused."""
+    from ..core.validate import batch
+    from ..core.validate.run import read_output
+
+    rows[i] = _reused_row(args, out, vllm, now, f"[{i + 1}/{total}]")
+    if rows[i].state == batch.REUSED:
+        return None
+    try:
+        return read_output(out).get("serve") or {}
+    except InputError as exc:
+        print(f"mxtrim: error: {exc}", file=sys.stderr, flush=True)
+        rows[i] = batch.MatrixRow(str(out), batch.REFUSED, False, note=str(exc))
+        return None
+
+
 def _validate_side_by_side(args, outputs: list[Path], rows: list, vllm, now: dict | None, publish, running: list[int]) -> None:
     """``validate --jobs N|auto``: each output in a child ``mxtrim validate OUT`` (what a serial
     run writes), side by side as core.validate.parallel places them; ``rows`` filled and
@@ -166,7 +183,6 @@ def _validate_side_by_side(args, outputs: list[Path], rows: list, vllm, now: dic
     from ..core.validate import batch
     from ..core.validate.devices import _user_visible
     from ..core.validate.parallel import Job, ParallelBatch
-    from ..core.validate.run import read_output
 
     probe_gpus = None
     if args.device != "cpu":
@@ -175,14 +191,8 @@ def _validate_side_by_side(args, outputs: list[Path], rows: list, vllm, now: dic
     on_gpu = first is not None and first.available and bool(first.gpus)
     jobs = []
     for i, out in enumerate(outputs):
-        rows[i] = _reused_row(args, out, vllm, now, f"[{i + 1}/{len(outputs)}]")
-        if rows[i].state == batch.REUSED:
-            continue
-        try:
-            serve = read_output(out).get("serve") or {}
-        except InputError as exc:
-            print(f"mxtrim: error: {exc}", file=sys.stderr, flush=True)
-            rows[i] = batch.MatrixRow(str(out), batch.REFUSED, False, note=str(exc))
+        serve = _serve_settings_to_run(args, out, i, len(outputs), rows, vllm, now)
+        if serve is None:
             continue
         share = (args.gpu_memory_utilization or float(serve.get("gpu_memory_utilization") or DEFAULT_GPU_MEMORY_UTILIZATION)
                  if on_gpu else None)
@@ -287,20 +297,13 @@ def _validate_on_ray(ray, args, outputs: list[Path], rows: list, vllm, now: dict
     from ..core.validate import batch
     from ..core.units import plural
     from ..core.validate.ray_batch import LOST, RayBatch, RayJob, largest_node_gpus
-    from ..core.validate.run import read_output
 
     total = len(outputs)
     widest = largest_node_gpus(ray)
     jobs = []
     for i, out in enumerate(outputs):
-        rows[i] = _reused_row(args, out, vllm, now, f"[{i + 1}/{total}]")
-        if rows[i].state == batch.REUSED:
-            continue
-        try:
-            serve = read_output(out).get("serve") or {}
-        except InputError as exc:
-            print(f"mxtrim: error: {exc}", file=sys.stderr, flush=True)
-            rows[i] = batch.MatrixRow(str(out), batch.REFUSED, False, note=str(exc))
+        serve = _serve_settings_to_run(args, out, i, total, rows, vllm, now)
+        if serve is None:
             continue
         tp, pp = parallel_sizes(args, serve)
         gpus = 0 if args.device == "cpu" else tp * pp
