@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from home_guard import changed_under, watched_folders
+from home_guard import attribute, changed_under, watched_folders
 
 # The user's own folders, read before anything below points them elsewhere: the suite must
 # leave them as they were (checked when the run ends, pytest_sessionfinish).
@@ -83,13 +83,21 @@ def private_home(tmp_path_factory, monkeypatch):
 
 
 def pytest_sessionfinish(session, exitstatus):
-    """The run fails when anything under the user's real home or XDG folders changed while it
-    ran (the controller checks, once, after every worker is done)."""
+    """The run fails when the suite changed anything under the user's real home or XDG folders
+    while it ran (the controller checks, once, after every worker is done; what other programs
+    changed meanwhile is listed: home_guard.attribute)."""
     if hasattr(session.config, "workerinput"):
         return
     changed = changed_under(REAL_FOLDERS, STARTED, exclude=[os.path.dirname(_TESTS), tempfile.gettempdir()])
-    if changed:
-        shown = "\n  ".join(changed[:20])
-        session.config.get_terminal_writer().line(
-            f"the suite wrote under the user's real home or XDG folders:\n  {shown}", red=True)
+    checkout = os.path.dirname(_TESTS)
+    ours, others = attribute(changed, REAL_FOLDERS, [os.path.join(checkout, ".venv"), str(session.config._tmp_path_factory.getbasetemp().parent),
+                                       os.environ["XDG_STATE_HOME"], os.environ["XDG_CACHE_HOME"]])
+    writer = session.config.get_terminal_writer()
+    if others:
+        shown = "\n  ".join(others[:10])
+        writer.line(f"changed under the user's real home while the suite ran, naming nothing of it (another "
+                    f"program's, not counted):\n  {shown}", yellow=True)
+    if ours:
+        shown = "\n  ".join(ours[:20])
+        writer.line(f"the suite wrote under the user's real home or XDG folders:\n  {shown}", red=True)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED

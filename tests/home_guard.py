@@ -1,5 +1,11 @@
 """What the suite must leave untouched: the user's real home and XDG folders, as they were
-before the tests pointed them elsewhere (conftest.py checks them when a run ends)."""
+before the tests pointed them elsewhere (conftest.py checks them when a run ends).
+
+Other programs may write there while the suite runs (a shell's history, pip run in another
+terminal): a change is the suite's when it lies in the folder of a program the suite runs
+(mxtrim, vLLM, Hugging Face, torch, Triton, Ray, Textual) or when its path or its first bytes
+name something of this run (the checkout's environments, pytest's temporary folders, the
+run's own); the others are listed, not counted."""
 
 from __future__ import annotations
 
@@ -63,3 +69,29 @@ def _made_during(path: str, since: float) -> bool:
         return os.lstat(path).st_ctime > since and all(os.lstat(os.path.join(path, n)).st_mtime > since for n in os.listdir(path))
     except OSError:
         return False
+
+
+# folders of the programs the suite runs, wherever they lie under the watched folders
+PROGRAMS = ("mxtrim", "vllm", "huggingface", "torch", "triton", "ray", "textual", "transformers")
+
+
+def attribute(paths: list[str], folders: dict[str, str], marks: list[str], head: int = 65536) -> tuple[list[str], list[str]]:
+    """(the suite's, others'): ``paths`` (under the watched ``folders``) split by whether they
+    lie in a program's folder of the suite or name one of ``marks`` (folders of this run) in their
+    path or first ``head`` bytes."""
+    marks = [m for m in marks if m]
+    roots = sorted(folders.values(), key=len, reverse=True)
+    ours, others = [], []
+    for path in paths:
+        root = next((r for r in roots if path.startswith(r + os.sep)), "")
+        parts = {p.lower().lstrip(".") for p in path[len(root):].split(os.sep)}
+        named = any(m in path for m in marks)
+        if not named and os.path.isfile(path):
+            try:
+                with open(path, "rb") as f:
+                    text = f.read(head).decode("utf-8", "replace")
+            except OSError:
+                text = ""
+            named = any(m in text for m in marks)
+        (ours if named or parts & set(PROGRAMS) else others).append(path)
+    return ours, others

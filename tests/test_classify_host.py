@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from mxtrim_tui.core.validate.classify import CONFIGURATION, HOST, NUMERICS, UNKNOWN, classes, classify
+from mxtrim_tui.core.validate.classify import CONFIGURATION, ENVIRONMENT, HOST, NUMERICS, UNKNOWN, classes, classify
 from test_validate import VLLM_PYTHON, needs_vllm, servers
 
 FAILURES = Path(__file__).parent / "fixtures" / "vllm_failures"
@@ -52,9 +52,14 @@ def test_tp_2_on_a_host_with_one_numa_node_is_a_host_limit_not_the_trim():
      "--tp / --pp"),
     # CUDA's words for a device index past the visible ones, as torch raises them
     (engine("RuntimeError: CUDA error: invalid device ordinal"), "--tp / --pp"),
-    # vllm/v1/executor/ray_utils.py
+    # vllm/v1/executor/ray_utils.py: vLLM's Ray executor cannot place its workers
     (engine("ValueError: Cannot provide a placement group requiring 4 GPUs (placement_group_specs=[{'GPU': 1.0}, "
-            "{'GPU': 1.0}, {'GPU': 1.0}, {'GPU': 1.0}]) within 1800 seconds."), "--tp / --pp"),
+            "{'GPU': 1.0}, {'GPU': 1.0}, {'GPU': 1.0}]) within 1800 seconds."), "ray status"),
+    (engine("ValueError: The number of required GPUs exceeds the total number of available GPUs in the placement "
+            "group. Required number of devices: 4. Total number of devices: 2."), "ray status"),
+    (engine("ValueError: Current node has no GPU available. current_node_resource={'CPU': 8.0}. vLLM engine cannot "
+            "start without GPU. Make sure you have at least 1 GPU available in a node current_node_id='8f0c' "
+            "current_ip='10.0.0.7'."), "start from a node with a GPU"),
     # vllm/platforms/interface.py
     (engine("IndexError: visible device ordinal 1 is out of range for CUDA_VISIBLE_DEVICES=0"), "--tp / --pp"),
     # CUDA's words for a device in exclusive use by another process
@@ -69,6 +74,24 @@ def test_tp_2_on_a_host_with_one_numa_node_is_a_host_limit_not_the_trim():
 def test_vllm_and_cuda_words_for_a_host_or_device_limit(lines, advice):
     v = verdict(lines)
     assert v.category == HOST and advice in v.advice and not TRIM_ADVICE.search(v.advice), v
+    assert v.evidence and all(not e.startswith("EngineCore failed") for e in v.evidence)
+
+
+@pytest.mark.parametrize("lines, advice", [
+    # vllm/v1/executor/ray_utils.py: Ray missing from the vLLM environment
+    (engine("ValueError: Failed to import Ray: No module named 'ray'.Please install Ray with `pip install ray`."),
+     "same Ray version"),
+    # ray/_private/utils.py: a process of another Ray or Python version joining the cluster
+    (engine("RuntimeError: Version mismatch: The cluster was started with:")
+     + ["    Ray: 2.60.0", "    Python: 3.11.7", "This process on node 10.0.0.8 was started with:", "    Ray: 2.49.1"],
+     "same Ray version"),
+    # a worker of vLLM's Ray executor on a node whose environment has no vLLM (or another one)
+    (engine("ray.exceptions.RayTaskError(ModuleNotFoundError): ray::RayWorkerWrapper.__init__()")
+     + ["(RayWorkerWrapper pid=4121, ip=10.0.0.8) ModuleNotFoundError: No module named 'vllm'"], "same vLLM"),
+])
+def test_a_ray_cluster_without_the_same_ray_or_vllm_on_every_node_is_the_environment(lines, advice):
+    v = verdict(lines)
+    assert v.category == ENVIRONMENT and advice in v.advice and not TRIM_ADVICE.search(v.advice), v
     assert v.evidence and all(not e.startswith("EngineCore failed") for e in v.evidence)
 
 
@@ -133,3 +156,24 @@ def test_what_vllm_0_26_refuses_of_deepseek_v4_is_said_with_its_reason(log, cate
     v = verdict((GPU_LOGS / log).read_text(encoding="utf-8").splitlines())
     assert v.category == category and said in v.advice, v
     assert any(e.endswith("AssertionError") for e in v.evidence)
+
+
+@needs_vllm
+def test_vllms_ray_executor_without_ray_in_its_environment_is_the_environment_not_the_trim(tmp_path):
+    """The real flow: `validate OUT --serve --distributed-executor-backend ray` with vLLM's CPU
+    build, whose environment has no Ray (as a node set up without it would be)."""
+    from engine_support import small_llama_output
+
+    out = small_llama_output(tmp_path, "dummy")
+    proc = subprocess.run([sys.executable, "-m", "mxtrim_tui", "validate", str(out), "--serve", "--device", "cpu",
+                           "--distributed-executor-backend", "ray", "--python", VLLM_PYTHON, "--json"],
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    doc = json.loads(proc.stdout)
+    assert doc["serve_command"][doc["serve_command"].index("--distributed-executor-backend") + 1] == "ray"
+    start = next(r for r in doc["rows"] if r["check"] == "start-up")
+    assert start["status"] == "failed" and start["verdict"]["class"] == ENVIRONMENT, start
+    assert any("Failed to import Ray" in line for line in start["verdict"]["evidence"])
+    assert "same Ray version as the cluster" in start["verdict"]["advice"] and "not of the trim" in start["verdict"]["advice"]
+    assert doc["settings"]["distributed_executor_backend"] == "ray"
+    assert servers(tmp_path) == []

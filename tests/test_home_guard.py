@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import conftest
-from home_guard import changed_under, watched_folders
+from home_guard import attribute, changed_under, watched_folders
 
 
 def test_each_test_has_its_own_home_and_config_folder(tmp_path_factory):
@@ -48,3 +48,25 @@ def test_a_write_under_a_real_folder_is_found(tmp_path):
     assert found == sorted([str(home / ".cache" / "vllm" / "usage.json"),
                             str(home / ".config" / "mxtrim" / "recent.json"),
                             str(home / ".new-tool"), str(home / "notes.txt")])
+
+
+
+def test_what_another_program_writes_meanwhile_is_not_the_suites(tmp_path):
+    """A shell's history or pip run in another terminal while the suite runs is listed, not
+    counted; the suite's own writes are: in a program's folder it runs, or naming this run."""
+    home = tmp_path / "real-home"
+    run = tmp_path / "pytest-of-me" / "pytest-7"
+    (home / ".cache" / "pip" / "selfcheck").mkdir(parents=True)
+    (home / ".cache" / "vllm").mkdir(parents=True)
+    since = time.time() + 0.01
+    time.sleep(0.05)
+    (home / ".bash_history").write_text("make test\n")
+    (home / ".cache" / "pip" / "selfcheck" / "a1").write_text('{"key": "/opt/tool-venv", "last_check": "2026-12-06"}')
+    (home / ".cache" / "pip" / "selfcheck" / "b2").write_text(f'{{"key": "{run}/popen-gw1/venv0"}}')  # a test's pip
+    (home / ".cache" / "vllm" / "usage.json").write_text("{}")
+    (home / "notes.txt").write_text(f"see {run}/llama")
+    folders = watched_folders({"HOME": str(home)})
+    ours, others = attribute(changed_under(folders, since, exclude=[]), folders, [str(run.parent)])
+    assert ours == sorted([str(home / ".cache" / "pip" / "selfcheck" / "b2"), str(home / ".cache" / "vllm" / "usage.json"),
+                           str(home / "notes.txt")])
+    assert others == sorted([str(home / ".bash_history"), str(home / ".cache" / "pip" / "selfcheck" / "a1")])

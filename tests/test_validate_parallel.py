@@ -75,47 +75,83 @@ def nvmlDeviceGetGraphicsRunningProcesses(h): return []
 
 # a server on the stand-in GPU: profiles for PROFILE seconds (failing as vLLM does when a
 # neighbour's memory changes meanwhile), logs vLLM's "init engine" line, then answers as the
-# stand-in of test_validate_flow does (its first argument: the mode, here one that just serves)
+# stand-in of test_validate_flow does (its first argument: the mode, here one that just serves);
+# with vLLM's Ray executor, it places its ranks in the Ray cluster as that executor does
 STANDIN_GPU = r'''
 import json, os, signal, sys, time
 PROFILE = 1.5
 DIR = os.environ["STANDIN_GPU_DIR"]
 model = sys.argv[sys.argv.index("--model") + 1]
-gpu = int(os.environ["CUDA_VISIBLE_DEVICES"].split(",")[0])
-share = float(sys.argv[sys.argv.index("--gpu-memory-utilization") + 1])
-total = json.load(open(os.path.join(DIR, "gpus.json")))[gpu]["total"]
-me = os.path.join(DIR, f"gpu{gpu}-{os.getpid()}")
 
-def event(what):
-    with open(os.path.join(DIR, "events.log"), "a") as f:
-        f.write(json.dumps({"t": time.time(), "pid": os.getpid(), "gpu": gpu, "model": model, "what": what}) + "\n")
+def flag(name, default=None):
+    return sys.argv[sys.argv.index(name) + 1] if name in sys.argv else default
 
-def neighbours():
-    return sorted(n for n in os.listdir(DIR) if n.startswith(f"gpu{gpu}-") and n != os.path.basename(me))
+if flag("--distributed-executor-backend") == "ray":
+    # vLLM's Ray executor, as vllm/v1/executor/ray_utils.py places its workers: it joins the
+    # cluster at $RAY_ADDRESS and waits for a placement group of one GPU per rank, the first on
+    # this node (PACK), failing in vLLM's words when the cluster cannot hold it
+    import ray
+    from ray.util.placement_group import placement_group, placement_group_table
+    world = int(flag("--tensor-parallel-size", 1)) * int(flag("--pipeline-parallel-size", 1))
+    ray.init(address=os.environ["RAY_ADDRESS"], logging_level="ERROR", log_to_driver=False, configure_logging=False)
+    specs = [{"GPU": 1.0} for _ in range(world)]
+    specs[0][f"node:{ray.util.get_node_ip_address()}"] = 0.001
+    group = placement_group(specs, strategy="PACK")
+    if not ray.wait([group.ready()], timeout=20)[0]:
+        print(f"ValueError: Cannot provide a placement group requiring {world} GPUs "
+              f"(placement_group_specs={specs}) within 20 seconds.", flush=True)
+        sys.exit(1)
+    nodes = sorted(placement_group_table(group)["bundles_to_node_id"].values())
 
-def stop(signum, frame):
-    event("stop")
-    os.unlink(me)
-    os._exit(0)
+    def event(what):
+        with open(os.path.join(DIR, "events.log"), "a") as f:
+            f.write(json.dumps({"t": time.time(), "pid": os.getpid(), "gpu": None, "model": model, "what": what,
+                                "ray_address": os.environ["RAY_ADDRESS"], "bundle_nodes": nodes}) + "\n")
 
-signal.signal(signal.SIGINT, stop)
-signal.signal(signal.SIGTERM, stop)
-event("start")
-time.sleep(1.0)  # imports, config, tokenizer: CPU work
-print("(EngineCore pid=1) INFO 12-04 20:00:00 [core.py:133] Initializing a V1 LLM engine (v0.26.0) with config: model=...", flush=True)
-time.sleep(0.3)  # the device's context: then the memory baseline is taken
-event("window")
-before = neighbours()
-with open(me, "w") as f:
-    f.write(str(int(share * total)))
-time.sleep(PROFILE)
-if neighbours() != before:
-    print("ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization`", flush=True)
-    event("failed")
-    os.unlink(me)
-    sys.exit(1)
-event("kv-ready")  # the KV cache is allocated before vLLM says so (and a neighbour may go on at once)
-print(f"INFO 12-04 20:00:00 [core.py:403] init engine (profile, create kv cache, warmup model) took {PROFILE:.2f} s", flush=True)
+    def stop(signum, frame):
+        event("stop")
+        os._exit(0)
+
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
+    event("start")
+    print("INFO 12-04 20:00:00 [core.py:403] init engine (profile, create kv cache, warmup model) took 1.00 s", flush=True)
+else:
+    gpu = int(os.environ["CUDA_VISIBLE_DEVICES"].split(",")[0])
+    share = float(sys.argv[sys.argv.index("--gpu-memory-utilization") + 1])
+    total = json.load(open(os.path.join(DIR, "gpus.json")))[gpu]["total"]
+    me = os.path.join(DIR, f"gpu{gpu}-{os.getpid()}")
+
+    def event(what):
+        with open(os.path.join(DIR, "events.log"), "a") as f:
+            f.write(json.dumps({"t": time.time(), "pid": os.getpid(), "gpu": gpu, "model": model, "what": what}) + "\n")
+
+    def neighbours():
+        return sorted(n for n in os.listdir(DIR) if n.startswith(f"gpu{gpu}-") and n != os.path.basename(me))
+
+    def stop(signum, frame):
+        event("stop")
+        os.unlink(me)
+        os._exit(0)
+
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
+    event("start")
+    time.sleep(1.0)  # imports, config, tokenizer: CPU work
+    print("(EngineCore pid=1) INFO 12-04 20:00:00 [core.py:133] Initializing a V1 LLM engine (v0.26.0) with config: model=...", flush=True)
+    time.sleep(0.3)  # the device's context: then the memory baseline is taken
+    event("window")
+    before = neighbours()
+    with open(me, "w") as f:
+        f.write(str(int(share * total)))
+    time.sleep(PROFILE)
+    if neighbours() != before:
+        print("ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization`", flush=True)
+        event("failed")
+        os.unlink(me)
+        sys.exit(1)
+    event("kv-ready")  # the KV cache is allocated before vLLM says so (and a neighbour may go on at once)
+    print(f"INFO 12-04 20:00:00 [core.py:403] init engine (profile, create kv cache, warmup model) took {PROFILE:.2f} s", flush=True)
 '''
 STANDIN_SERVER = STANDIN_GPU + STAND_IN
 

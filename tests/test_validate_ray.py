@@ -21,7 +21,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from engine_support import REPO, cli_argv
+from engine_support import REPO, cli_argv, run_cli, small_llama_output
+from test_validate import VLLM_PYTHON, needs_vllm, servers
 from test_validate_parallel import GIB, built  # noqa: F401 - the module fixture: outputs, stand-ins
 
 ray = pytest.importorskip("ray")
@@ -160,7 +161,41 @@ def test_a_server_of_two_gpus_goes_to_the_node_that_has_two_and_four_fit_nowhere
     r = run_batch(built, models, cluster["cluster"].address, "--tp", "4")
     doc = json.loads(r.stdout)
     assert [row["state"] for row in doc["rows"]] == ["refused"] * 2 and r.returncode == 1
-    assert "takes 4 GPUs (TP 4 × PP 1) and no node of the Ray cluster has that many (the most on one node: 2)" in doc["rows"][0]["note"]
+    note = doc["rows"][0]["note"]
+    assert "takes 4 GPUs (TP 4 × PP 1): not enough GPUs in the Ray cluster: 4 needed, 3 in all (" in note, note
+    assert ": 2, " in note and note.endswith(": 1)")  # each node's GPUs, the most first
+    assert not events(cluster["dirs"][cluster["head"].node_id]) and standin_servers(built) == []
+
+
+def test_a_server_larger_than_any_node_spans_nodes_with_vllms_ray_executor(built, cluster, tmp_path):  # noqa: F811
+    """TP 3 on nodes of 1 and 2 GPUs: the task holds no GPU and starts the server on the node
+    with two; the server, given --distributed-executor-backend ray and the cluster's address,
+    places its three ranks over both nodes (the stand-in does as vLLM's Ray executor does)."""
+    clear_events(cluster)
+    models = workspace(built, tmp_path, ["wide"])
+    r = run_batch(built, models, cluster["cluster"].address, "--tp", "3")
+    doc = json.loads(r.stdout)
+    # (the offline checks fail in the stand-in environment, which has no transformers)
+    assert [row["state"] for row in doc["rows"]] == ["validated"], r.stderr[-3000:]
+    assert doc["rows"][0]["cells"]["start-up"]["status"] == doc["rows"][0]["cells"]["generation"]["status"] == "passed"
+    assert "submitted (3 GPUs across nodes: vLLM's Ray executor, started on " in r.stderr
+    head, worker = cluster["head"].node_id, cluster["worker"].node_id
+    assert not events(cluster["dirs"][head])  # started on the node with the most GPUs
+    (start,) = [e for e in events(cluster["dirs"][worker]) if e["what"] == "start"]
+    assert sorted(start["bundle_nodes"]) == sorted([head, worker, worker])  # three ranks, both nodes
+    assert start["ray_address"].endswith(cluster["cluster"].address.rpartition(":")[2])
+    run = json.loads((models / "wide" / "validation.json").read_text())["runs"][-1]
+    assert run["settings"]["distributed_executor_backend"] == "ray" and run["settings"]["gpus"] is None
+    assert run["settings"]["tp"] == 3
+    assert run["serve_command"][run["serve_command"].index("--distributed-executor-backend") + 1] == "ray"
+    assert {r["check"]: r["status"] for r in run["rows"]}["start-up"] == "passed"
+    assert standin_servers(built) == []
+
+
+def test_ray_with_jobs_is_one_clear_usage_error(tmp_path):
+    r = subprocess.run(cli_argv("validate", "--all", str(tmp_path), "--ray", "127.0.0.1:1", "--jobs", "2"),
+                       capture_output=True, text=True, env=driver_env(), timeout=60)
+    assert r.returncode == 2 and "--jobs (side by side on this host) does not go with it" in r.stderr, r.stderr
 
 
 def test_without_ray_the_flag_says_how_to_get_it_and_starts_nothing(tmp_path):
@@ -255,3 +290,29 @@ def test_ctrl_c_cancels_every_task_and_leaves_no_server_on_any_node(built, clust
     # each interrupted validation stopped its own server, as a terminal's Ctrl-C does
     starts = sum(e["what"] == "start" for f in folders for e in events(f))
     assert sum(e["what"] == "stop" for f in folders for e in events(f)) == starts
+
+
+@needs_vllm
+def test_a_real_cpu_build_validation_as_a_ray_task_gives_the_verdicts_of_a_local_run(cluster, tmp_path):
+    """The real vLLM CPU build: one output validated here, then as a Ray task on a node of the
+    cluster (the node's interpreter, a real vllm serve there): the same verdicts and KV figures."""
+    models = tmp_path / "models"
+    models.mkdir()
+    out = shutil.copytree(small_llama_output(tmp_path / "src", "dummy"), models / "llama-dummy")
+    local = run_cli("validate", str(out), "--serve", "--device", "cpu", "--python", VLLM_PYTHON, "--json", timeout=900)
+    assert local.returncode == 0, local.stderr[-3000:]
+    here = json.loads(local.stdout)
+    r = subprocess.run(cli_argv("validate", "--all", str(models), "--serve", "--again", "--device", "cpu", "--python",
+                                VLLM_PYTHON, "--json", "--ray", cluster["cluster"].address),
+                       capture_output=True, text=True, env=driver_env(), timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    (row,) = json.loads(r.stdout)["rows"]
+    assert row["state"] == "validated" and row["ok"] and row["node"], row
+    history = json.loads((out / "validation.json").read_text())["runs"]
+    assert len(history) == 2
+    there = history[-1]
+    assert {x["check"]: x["status"] for x in there["rows"]} == {x["check"]: x["status"] for x in here["rows"]}
+    kv = lambda run: run["memory"]["figures"]["kv_tokens"]["actual"]  # noqa: E731
+    assert kv(there) == kv(here) > 0
+    assert there["settings"] == here["settings"] and there["python"] == VLLM_PYTHON
+    assert servers(tmp_path) == []

@@ -45,6 +45,10 @@ def register(sub) -> None:
                     help="pipeline parallel size (default 1); the server takes TP × PP GPUs")
     va.add_argument("--ep", "--enable-expert-parallel", dest="expert_parallel", action="store_true", default=None,
                     help="serve with expert parallelism (default: the output's serve settings)")
+    va.add_argument("--distributed-executor-backend", dest="executor_backend", choices=("mp", "ray"), metavar="mp|ray",
+                    help="vLLM's executor for the TP × PP workers (default: vLLM's choice); ray: vLLM's Ray executor "
+                    "places them over the nodes of the Ray cluster at $RAY_ADDRESS (a server larger than one node; "
+                    "with --ray, chosen for such a server)")
     va.add_argument("--max-model-len", type=int, metavar="N", help="context of the server (default: 256 on CPU, the output's serve settings on GPU)")
     va.add_argument("--json", action="store_true", help="print the validation as JSON (schema mxtrim.validation/1)")
     va.add_argument("--progress", action="store_true", help="print events (checks, server log lines, requests) as JSON lines on stderr")

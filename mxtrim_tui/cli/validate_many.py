@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from ..core.errors import InputError
+from .arguments import UsageError
 from .validation_run import leftover_servers_notice, parallel_sizes, run_validation, serve_options
 
 
@@ -43,6 +44,13 @@ def validate_many(args) -> int:
     from ..core.validate.examples import now_versions
     from ..core.probe.vllm_python import SETTING, VllmNotFound, find_vllm_python
 
+    if getattr(args, "ray", None) is not None and args.jobs != 1:
+        raise UsageError("mxtrim validate: error: --ray places each server on a node of the cluster, as many at once "
+                         "as the cluster's GPUs take; --jobs (side by side on this host) does not go with it")
+    if getattr(args, "executor_backend", None) == "ray" and args.jobs != 1 and getattr(args, "ray", None) is None:
+        raise UsageError("mxtrim validate: error: --distributed-executor-backend ray lets vLLM's Ray executor place "
+                         "each server's workers, which --jobs would place on this host's GPUs: use --ray to validate "
+                         "the outputs across the cluster")
     outputs, hand_made, folder = _many_outputs(args)
     ray = _ray_cluster(args) if getattr(args, "ray", None) is not None else None
     try:
@@ -227,7 +235,8 @@ def _checks_and_server_flags(args) -> list[str]:
              ("--trust-remote-code", args.trust_remote_code), ("--ep", args.expert_parallel))
     argv = [flag for flag, on in flags if on]
     for flag, value in (("--launcher", args.launcher), ("--kv-cache-memory-bytes", args.kv_cache_memory_bytes),
-                        ("--max-model-len", args.max_model_len)):
+                        ("--max-model-len", args.max_model_len),
+                        ("--distributed-executor-backend", getattr(args, "executor_backend", None))):
         if value is not None:
             argv += [flag, str(value)]
     return argv
@@ -282,7 +291,6 @@ class _SideBySideReport:
 def _ray_cluster(args):
     """The ``ray`` module joined to the cluster ``--ray`` names, before anything starts."""
     from ..core.validate.ray_batch import RayUnavailable, connect
-    from .arguments import UsageError
 
     try:
         return connect(None if args.ray == "auto" else args.ray)
@@ -296,10 +304,11 @@ def _validate_on_ray(ray, args, outputs: list[Path], rows: list, vllm, now: dict
     lands, with the node that ran it."""
     from ..core.validate import batch
     from ..core.units import plural
-    from ..core.validate.ray_batch import LOST, RayBatch, RayJob, largest_node_gpus
+    from ..core.validate.ray_batch import LOST, RayBatch, RayJob, across_nodes_refusal, gpu_nodes
 
     total = len(outputs)
-    widest = largest_node_gpus(ray)
+    nodes = gpu_nodes(ray)
+    widest = nodes[0].gpus if nodes else 0
     jobs = []
     for i, out in enumerate(outputs):
         serve = _serve_settings_to_run(args, out, i, total, rows, vllm, now)
@@ -307,9 +316,13 @@ def _validate_on_ray(ray, args, outputs: list[Path], rows: list, vllm, now: dict
             continue
         tp, pp = parallel_sizes(args, serve)
         gpus = 0 if args.device == "cpu" else tp * pp
-        if gpus > widest:
-            why = (f"its server takes {gpus} GPUs (TP {tp} × PP {pp}) and no node of the Ray cluster has that many "
-                   f"(the most on one node: {widest})")
+        # asked for vLLM's Ray executor, or no one node holds it: the server's workers span nodes
+        if gpus and (gpus > widest or args.executor_backend == "ray"):
+            refusal = across_nodes_refusal(gpus, nodes)
+            if refusal is None:
+                jobs.append(RayJob(i, out, gpus, across=nodes[0]))
+                continue
+            why = f"its server takes {gpus} GPUs (TP {tp} × PP {pp}): {refusal}"
             print(f"[{i + 1}/{total}] {out}: not started: {why}", file=sys.stderr, flush=True)
             rows[i] = batch.MatrixRow(str(out), batch.REFUSED, False, note=why)
             continue
@@ -321,7 +334,8 @@ def _validate_on_ray(ray, args, outputs: list[Path], rows: list, vllm, now: dict
 
     def started(job) -> None:
         running.append(job.index)
-        say(job, " submitted" + (" again" if job.attempts > 1 else "") + (f" ({plural(job.gpus, 'GPU')})" if job.gpus else ""))
+        across = f" across nodes: vLLM's Ray executor, started on {job.across}" if job.across else ""
+        say(job, " submitted" + (" again" if job.attempts > 1 else "") + (f" ({plural(job.gpus, 'GPU')}{across})" if job.gpus else ""))
 
     def done(job, result: dict) -> None:
         running.remove(job.index)

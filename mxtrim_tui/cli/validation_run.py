@@ -16,7 +16,7 @@ def serve_options(args, out: Path, plan_doc: dict, vllm=None):
     import shlex
 
     from ..core.user_settings import get_setting
-    from ..core.validate.devices import choose_devices
+    from ..core.validate.devices import across_ray_cluster, choose_devices
     from ..core.probe.vllm_python import SETTING, find_vllm_python
     from ..core.plan.budget import DEFAULT_GPU_MEMORY_UTILIZATION
     from ..core.validate.serve import ServeOptions, cpu_attention_backend, cpu_serve_dtype, required_kv_cache_dtype
@@ -32,7 +32,11 @@ def serve_options(args, out: Path, plan_doc: dict, vllm=None):
     tp, pp = parallel_sizes(args, serve)
     from ..core.validate.parallel import batch_pids
 
-    choice = choose_devices(args.device, probe, count=tp * pp, gpus=args.gpus, neighbours=frozenset(batch_pids()))
+    backend = getattr(args, "executor_backend", None)
+    if backend == "ray":
+        choice = across_ray_cluster(args.device, probe, tp * pp)
+    else:
+        choice = choose_devices(args.device, probe, count=tp * pp, gpus=args.gpus, neighbours=frozenset(batch_pids()))
     device = choice.device
     cpu = device == "cpu"
     if args.speculative and not plan_doc.get("mtp_kept"):
@@ -48,6 +52,7 @@ def serve_options(args, out: Path, plan_doc: dict, vllm=None):
         tp=tp,
         pp=pp,
         expert_parallel=bool(getattr(args, "expert_parallel", None) or serve.get("expert_parallel")),
+        executor_backend=backend,
         max_model_len=int(getattr(args, "max_model_len", None) or (256 if cpu else serve.get("max_model_len") or 4096)),
         gpu_memory_utilization=None if cpu else float(getattr(args, "gpu_memory_utilization", None)
                                                       or serve.get("gpu_memory_utilization") or DEFAULT_GPU_MEMORY_UTILIZATION),

@@ -75,6 +75,7 @@ OUTCOME_SETTINGS = (
     ("device", "--device"), ("tp", "--tp"), ("pp", "--pp"), ("max_model_len", "--max-model-len"),
     ("max_num_seqs", "--max-num-seqs"), ("kv_cache_memory_bytes", "--kv-cache-memory-bytes"),
     ("gpu_memory_utilization", "--gpu-memory-utilization"), ("dtype", "--dtype"), ("kv_cache_dtype", "--kv-cache-dtype"), ("expert_parallel", "--ep"),
+    ("distributed_executor_backend", "--distributed-executor-backend"),
     ("speculative", "--speculative"), ("attention_backend", "--attention-backend"), ("enforce_eager", "--enforce-eager"),
     ("entry", "the server's entry point"), ("trust_remote_code", "--trust-remote-code"), ("launcher", "--launcher"),
     ("extra_args", "extra server arguments"),

@@ -272,6 +272,39 @@ def _numerics_advice(evidence: list[str], facts: Facts) -> str:
             "float32 do not), and compare with the original (validate --equivalence)")
 
 
+# vLLM's Ray executor (vllm/v1/executor/ray_utils.py, ray_executor.py) and Ray itself
+RAY_PLACEMENT = re.compile(
+    r"Cannot provide a placement group|The number of required \w+s exceeds the total number of available \w+s|"
+    r"Current node has no \w+ available")
+RAY_MISSING = re.compile(
+    r"Failed to import Ray|Ray version [\d.]+ is required, but found|Version mismatch: The cluster was started with")
+# a Ray worker of vLLM on another node that cannot load this vLLM's code (another version, or none)
+RAY_WORKER_CODE = re.compile(
+    r"\((?:RayWorkerWrapper|RayWorkerProc|raylet)\b[^)]*\).*(?:No module named '?vllm|Can't get attribute|ImportError|"
+    r"AttributeError: module 'vllm)")
+
+
+def _ray_placement_advice(evidence: list[str], facts: Facts) -> str:
+    return ("vLLM's Ray executor could not place its TP x PP workers (one GPU each, the first on the node that starts "
+            "the server): the cluster lacks free GPUs, or the node it starts on has none. `ray status` and `ray list "
+            "nodes` show what each node holds and what other jobs took; free GPUs, add a node, lower --tp / --pp, or "
+            f"start from a node with a GPU; {NOT_THE_TRIM}")
+
+
+def _ray_missing_advice(evidence: list[str], facts: Facts) -> str:
+    return ("the server's environment cannot use the Ray cluster: Ray is missing from the vLLM environment, or its "
+            "version (or Python's) differs from the cluster's. Install the same Ray version as the cluster in the "
+            "vLLM environment of every node (pip install 'ray==<the cluster's version>'); a limit of the "
+            "environment, not of the trim")
+
+
+def _ray_worker_code_advice(evidence: list[str], facts: Facts) -> str:
+    return ("a Ray worker on another node could not load this vLLM's code (the quoted line names the node): that "
+            "node has another vLLM version, or none, in the environment its Ray workers run. Install the same vLLM "
+            "(and the same plugins, e.g. vllm_metax) on every node of the cluster; a limit of the environment, not "
+            "of the trim")
+
+
 # a listening port another process took first (the socket's bind, in Python's and C's words)
 PORT_TAKEN = re.compile(r"\[Errno 98\] Address already in use|\bEADDRINUSE\b")
 # vLLM's CPU workers: one NUMA node each (vllm/utils/ompmultiprocessing.py)
@@ -304,11 +337,14 @@ SPECIFIC_RULES: list[Rule] = [
     Rule(CONFIGURATION, BARE_ASSERTION, V4_PAGE_ADVICE, context=V4_PAGE_GROUPS),
     # host and device limits, before anything that would blame the trim
     Rule(HOST, NUMA, _numa_advice),
-    # more ranks than devices: vllm/config/parallel.py, vllm/v1/executor/ray_utils.py,
-    # vllm/platforms/interface.py; CUDA's own words for an index past the devices
+    # vLLM's Ray executor: its placement group, Ray or vLLM missing (or another version) on a node
+    Rule(HOST, RAY_PLACEMENT, _ray_placement_advice),
+    Rule(ENVIRONMENT, RAY_MISSING, _ray_missing_advice),
+    Rule(ENVIRONMENT, RAY_WORKER_CODE, _ray_worker_code_advice),
+    # more ranks than devices: vllm/config/parallel.py, vllm/platforms/interface.py; CUDA's own words
+    # for an index past the devices
     Rule(HOST, re.compile(
-        r"World size \(\d+\) is larger than the number of available GPUs|"
-        r"Cannot provide a placement group requiring \d+ GPUs|You don't have enough GPUs available|"
+        r"World size \(\d+\) is larger than the number of available GPUs|You don't have enough GPUs available|"
         r"visible device ordinal \d+ is out of range|CUDA error: invalid device ordinal"), _devices_advice),
     # a device another process holds: CUDA's words for a device in exclusive use; vLLM's start-up
     # check of free memory (vllm/v1/worker/utils.py) and its profiling (vllm/v1/worker/gpu_worker.py)

@@ -98,3 +98,17 @@ def _user_visible(value: str | None) -> set[int] | None:
     if not all(p.isascii() and p.isdigit() for p in parts):
         return None
     return {int(p) for p in parts}
+
+
+def across_ray_cluster(requested: str, probe, count: int) -> DeviceChoice:
+    """The devices of a server whose TP x PP workers vLLM's Ray executor places over the Ray
+    cluster (``--distributed-executor-backend ray``): Ray assigns every worker its GPU, so none
+    is named here and this host's GPUs are not counted against ``count`` (vLLM needs one GPU on
+    the node it starts on, and says so when there is none)."""
+    import os
+
+    where = os.environ.get("RAY_ADDRESS") or "the cluster running here"
+    if requested == "cpu":
+        return DeviceChoice("cpu", None, f"CPU, {count} worker(s) placed by vLLM's Ray executor ({where})")
+    kind = requested if requested != "auto" else ("maca" if probe is not None and probe.vendor == "metax" else "cuda")
+    return DeviceChoice(kind, None, f"{count} GPUs across the Ray cluster at {where}, placed by vLLM's Ray executor")

@@ -7,7 +7,11 @@ interpreter (the one its Ray workers run), so the output's ``validation.json``, 
 README are what a local run writes, and the vLLM interpreter is resolved on that node
 (``--python`` as given, else the node's ``$MXTRIM_VLLM_PYTHON``, settings and checkouts). The
 devices Ray assigned the task are passed on as ``--gpus``: no two tasks hold one GPU, so no two
-servers measure their memory on one device at once. The outputs must lie on a filesystem every
+servers measure their memory on one device at once. A server that takes more GPUs than any one
+node holds runs with vLLM's own Ray executor (``--distributed-executor-backend ray``), which
+places its TP × PP workers over the nodes with a placement group of this cluster: its task
+holds no GPU and starts the server on the node with the most; one the whole cluster cannot hold
+is refused before anything starts, with each node's GPUs as the evidence. The outputs must lie on a filesystem every
 node mounts at the same path: a node that cannot read one refuses its row and says so.
 
 Faults: a task whose node died or whose worker was killed leaves its row "interrupted (node
@@ -95,9 +99,31 @@ def _unreachable(address: str) -> str | None:
     return None
 
 
-def largest_node_gpus(ray) -> int:
-    """The most GPUs one live node of the cluster declares."""
-    return max((int(n.get("Resources", {}).get("GPU", 0)) for n in ray.nodes() if n.get("Alive")), default=0)
+@dataclass(frozen=True)
+class RayNode:
+    id: str
+    address: str  # the node's IP as Ray knows it
+    gpus: int  # whole GPUs it declares
+
+    def __str__(self) -> str:
+        return f"{self.address} ({self.id[:8]})"
+
+
+def gpu_nodes(ray) -> list[RayNode]:
+    """The live nodes of the cluster and the GPUs each declares, most first."""
+    nodes = [RayNode(n["NodeID"], n.get("NodeManagerAddress", "?"), int(n.get("Resources", {}).get("GPU", 0)))
+             for n in ray.nodes() if n.get("Alive")]
+    return sorted(nodes, key=lambda n: -n.gpus)
+
+
+def across_nodes_refusal(gpus: int, nodes: list[RayNode]) -> str | None:
+    """Why a server of ``gpus`` GPUs cannot run even across the nodes (None: together they hold
+    enough), with the evidence: each node's GPUs."""
+    total = sum(n.gpus for n in nodes)
+    if gpus <= total:
+        return None
+    each = ", ".join(f"{n}: {n.gpus}" for n in nodes) or "no live node"
+    return f"not enough GPUs in the Ray cluster: {gpus} needed, {total} in all ({each})"
 
 
 @dataclass
@@ -105,13 +131,17 @@ class RayJob:
     index: int
     output: Path
     gpus: int  # whole devices its server takes (TP × PP; 0 on the CPU)
+    # more GPUs than one node holds: vLLM's Ray executor places the workers across nodes, and
+    # the task (holding no GPU itself) starts the server on this node, the one with the most
+    across: RayNode | None = None
     attempts: int = 0
     losses: list[str] = field(default_factory=list)  # what Ray said each time it was lost
 
 
-def validate_on_node(output: str, argv: list[str]) -> dict:
+def validate_on_node(output: str, argv: list[str], across: bool = False) -> dict:
     """The body of a task, on the node Ray chose: the child ``mxtrim validate OUT`` with the
-    GPUs Ray assigned; its JSON, exit status and last lines, with the node that ran it."""
+    GPUs Ray assigned (``across``: none; the server's own Ray executor places its workers in
+    this cluster); its JSON, exit status and last lines, with the node that ran it."""
     import ray
 
     node_id = ray.get_runtime_context().get_node_id()
@@ -126,8 +156,12 @@ def validate_on_node(output: str, argv: list[str]) -> dict:
         cmd = [sys.executable, "-c", BOUND_TO_PARENT, str(os.getpid()), *cmd]
     gpus = [str(g) for g in ray.get_gpu_ids()]
     env = dict(os.environ)
-    if gpus:
-        cmd += ["--gpus", ",".join(gpus)]
+    if gpus or across:
+        if gpus:
+            cmd += ["--gpus", ",".join(gpus)]
+        else:  # the server joins this very cluster; Ray hid every GPU from a task holding none
+            cmd += ["--distributed-executor-backend", "ray"]
+            env["RAY_ADDRESS"] = ray.get_runtime_context().gcs_address
         # the child names the devices itself (--gpus): Ray's numbering of them is not passed on
         for name in ("CUDA_VISIBLE_DEVICES", "MACA_VISIBLE_DEVICES"):
             env.pop(name, None)
@@ -162,8 +196,13 @@ class RayBatch:
 
     def _submit(self, job: RayJob) -> None:
         job.attempts += 1
-        ref = self.remote.options(num_gpus=job.gpus, num_cpus=1, max_retries=0, name=f"mxtrim validate {job.output.name}"
-                                  ).remote(str(job.output), self.argv_for(job))
+        placement = {"num_gpus": job.gpus}
+        if job.across is not None:
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+            placement = {"num_gpus": 0, "scheduling_strategy": NodeAffinitySchedulingStrategy(job.across.id, soft=False)}
+        ref = self.remote.options(**placement, num_cpus=1, max_retries=0, name=f"mxtrim validate {job.output.name}"
+                                  ).remote(str(job.output), self.argv_for(job), job.across is not None)
         self.pending[ref] = job
         self.started(job)
 

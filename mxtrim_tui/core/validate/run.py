@@ -84,6 +84,8 @@ class Validation:
             parts.append(f"TP {s.get('tp')} PP {s.get('pp')}")
         if s.get("expert_parallel"):
             parts.append("expert parallel")
+        if s.get("distributed_executor_backend") == "ray":
+            parts.append("vLLM's Ray executor (workers across the Ray cluster)")
         if s.get("speculative"):
             parts.append(f"speculative MTP ({s['speculative']} token)")
         if s.get("attention_backend"):
@@ -215,7 +217,7 @@ def serve_settings(opts: ServeOptions) -> dict:
             "max_model_len": opts.max_model_len,
             "max_num_seqs": opts.max_num_seqs, "kv_cache_memory_bytes": opts.kv_cache_memory_bytes,
             "gpu_memory_utilization": opts.gpu_memory_utilization, "tp": opts.tp, "pp": opts.pp,
-            "expert_parallel": opts.expert_parallel,
+            "expert_parallel": opts.expert_parallel, "distributed_executor_backend": opts.executor_backend,
             "speculative": opts.speculative_mtp, "attention_backend": opts.attention_backend,
             "enforce_eager": opts.enforce_eager, "entry": opts.entry, "trust_remote_code": opts.trust_remote_code,
             "launcher": list(opts.launcher) if opts.launcher else None, "extra_args": list(opts.extra_args),

@@ -51,6 +51,9 @@ class ServeOptions:
     tp: int = 1
     pp: int = 1
     expert_parallel: bool = False  # --enable-expert-parallel: experts whole on each rank, not split
+    # --distributed-executor-backend (None: vLLM's choice); "ray": vLLM's Ray executor places the
+    # TP x PP workers over the nodes of the Ray cluster at $RAY_ADDRESS
+    executor_backend: str | None = None
     max_model_len: int = 256
     max_num_seqs: int = 1
     gpu_memory_utilization: float | None = None
@@ -117,6 +120,8 @@ def serve_argv(out_dir: Path, mode: str, opts: ServeOptions, port: int) -> list[
         argv += ["--pipeline-parallel-size", str(opts.pp)]
     if opts.expert_parallel:
         argv.append("--enable-expert-parallel")
+    if opts.executor_backend:
+        argv += ["--distributed-executor-backend", opts.executor_backend]
     argv += [
         "--max-model-len", str(opts.max_model_len),
         "--max-num-seqs", str(opts.max_num_seqs),
