@@ -105,8 +105,6 @@ def across_ray_cluster(requested: str, probe, count: int) -> DeviceChoice:
     cluster (``--distributed-executor-backend ray``): Ray assigns every worker its GPU, so none
     is named here and this host's GPUs are not counted against ``count`` (vLLM needs one GPU on
     the node it starts on, and says so when there is none)."""
-    import os
-
     where = os.environ.get("RAY_ADDRESS") or "the cluster running here"
     if requested == "cpu":
         return DeviceChoice("cpu", None, f"CPU, {count} worker(s) placed by vLLM's Ray executor ({where})")

@@ -10,9 +10,10 @@ devices Ray assigned the task are passed on as ``--gpus``: no two tasks hold one
 servers measure their memory on one device at once. A server that takes more GPUs than any one
 node holds runs with vLLM's own Ray executor (``--distributed-executor-backend ray``), which
 places its TP × PP workers over the nodes with a placement group of this cluster: its task
-holds no GPU and starts the server on the node with the most; one the whole cluster cannot hold
-is refused before anything starts, with each node's GPUs as the evidence. The outputs must lie on a filesystem every
-node mounts at the same path: a node that cannot read one refuses its row and says so.
+holds no GPU and starts the server on the node with the most; one the whole cluster cannot
+hold is refused before anything starts, with each node's GPUs as the evidence. The outputs
+must lie on a filesystem every node mounts at the same path: a node that cannot read one
+refuses its row and says so.
 
 Faults: a task whose node died or whose worker was killed leaves its row "interrupted (node
 lost)", submitted once more (Ray places it on a node still alive) for each ``--retries``.
