@@ -1,0 +1,230 @@
+"""A model on the Hugging Face Hub (or a mirror of it: ``$HF_ENDPOINT``), read by byte ranges.
+
+``hf://ORG/NAME[@REVISION]`` names a repository at a branch, tag or commit. The revision is
+pinned to its commit first (``HfApi.model_info``), and every file is then read at that commit,
+so a branch that moves meanwhile cannot mix two commits. Of each safetensors shard only the
+header is read: its first 8 bytes (the header's length N, little-endian) and the N bytes of
+JSON after them, two range requests. The small files an inventory needs (config, index,
+tokenizer and template files, generation config) are read whole.
+
+:func:`header_mirror` writes what was read into a folder laid out as the repository: the small
+files as they are, and each shard as a sparse file of its full size holding only its header
+(the rest reads as zeros and takes no disk), so the local reader builds the same inventory
+from it as from a download of the whole repository (tensor names, dtypes, shapes, offsets,
+exact bytes). The mirror says so in ``.mxtrim-remote.json``: the source, its commit and the
+bytes read.
+
+Every ranged answer is checked: a server that ignores ``Range`` (answers 200 with the whole
+file) is refused rather than read (huggingface_hub's own file system does not check, and would
+hand back the wrong bytes); an answer shorter than asked, or for other bytes
+(``Content-Range``), is refused too. Each error names the repository, the file and what to do.
+Tokens are huggingface_hub's (``HF_TOKEN``, the token file); nothing is written to its cache.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import struct
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HF = re.compile(r"^hf://([A-Za-z0-9][\w.-]*/[\w.-]+)(?:@([\w./-]+))?$")
+# files read whole: what an inventory and a dummy output need (never weights)
+SMALL_SUFFIXES = (".json", ".txt", ".model", ".jinja", ".tiktoken", ".py", ".md", ".yaml", ".yml")
+SMALL_LIMIT = 64 * 2**20  # bytes: a larger "small" file (a huge tokenizer.json) is still read, up to this
+HEADER_LIMIT = 100 * 2**20  # a safetensors header longer than this is refused (the format's readers cap it too)
+MIRROR_RECORD = ".mxtrim-remote.json"
+
+
+class RemoteError(Exception):
+    """A remote source cannot be read: one message naming the repository, the file and what to do."""
+
+
+@dataclass(frozen=True)
+class RemoteRef:
+    repo: str
+    revision: str = "main"
+
+    def __str__(self) -> str:
+        return f"hf://{self.repo}@{self.revision}"
+
+
+def parse_remote(text: str) -> RemoteRef | None:
+    """``hf://ORG/NAME[@REVISION]`` as a reference (None: not a remote source)."""
+    m = HF.match(text.strip())
+    if not m:
+        return None
+    return RemoteRef(m.group(1), m.group(2) or "main")
+
+
+@dataclass(frozen=True)
+class RemoteFile:
+    path: str
+    size: int
+
+
+@dataclass
+class HfRepo:
+    """One repository at one commit, through huggingface_hub; counts what it reads."""
+    ref: RemoteRef
+    endpoint: str | None = None  # None: $HF_ENDPOINT, else the Hub
+    token: str | None = None  # None: huggingface_hub's own (HF_TOKEN, the token file)
+    bytes_read: int = 0
+    requests: int = 0
+    _commit: str | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        from huggingface_hub import constants
+
+        self.endpoint = (self.endpoint or os.environ.get("HF_ENDPOINT") or constants.ENDPOINT).rstrip("/")
+
+    def _api(self):
+        from huggingface_hub import HfApi
+
+        return HfApi(endpoint=self.endpoint, token=self.token)
+
+    def _failed(self, exc: Exception, what: str) -> RemoteError:
+        """huggingface_hub's exceptions in one sentence, with what to do."""
+        name = type(exc).__name__
+        said = (str(exc).strip().splitlines() or [name])[0][:300]
+        if name == "GatedRepoError":
+            advice = "the repository is gated: accept its terms on the Hub and give a token (HF_TOKEN, or hf auth login)"
+        elif name == "RepositoryNotFoundError":
+            advice = "no such repository, or it is private: check the name, or give a token that can read it (HF_TOKEN)"
+        elif name == "RevisionNotFoundError":
+            advice = f"no revision {self.ref.revision!r} in it: name a branch, tag or commit it has"
+        elif name == "OfflineModeIsEnabled":
+            advice = "HF_HUB_OFFLINE is set: unset it, or give a local folder"
+        elif "Connect" in name or "Timeout" in name or "Network" in name:
+            advice = f"no answer from {self.endpoint}: check the network, or point HF_ENDPOINT at a mirror you can reach"
+        else:
+            advice = "see the message; the source was not read"
+        return RemoteError(f"{self.ref}: {what}: {said} ({advice})")
+
+    @property
+    def commit(self) -> str:
+        """The commit the revision names now (asked once; every read is at this commit)."""
+        if self._commit is None:
+            try:
+                info = self._api().model_info(self.ref.repo, revision=self.ref.revision)
+            except Exception as exc:  # noqa: BLE001 - every hub failure becomes one RemoteError
+                raise self._failed(exc, "its revision could not be resolved") from None
+            if not getattr(info, "sha", None):
+                raise RemoteError(f"{self.ref}: {self.endpoint} gave no commit for revision {self.ref.revision!r}: "
+                                  "a mirror must answer the Hub's model-info API with the commit (sha)")
+            self._commit = info.sha
+        return self._commit
+
+    def files(self) -> list[RemoteFile]:
+        """Every file of the repository at its commit, with its size."""
+        try:
+            entries = list(self._api().list_repo_tree(self.ref.repo, recursive=True, revision=self.commit))
+        except Exception as exc:  # noqa: BLE001
+            raise self._failed(exc, "its files could not be listed") from None
+        return sorted((RemoteFile(e.path, int(e.size)) for e in entries if getattr(e, "size", None) is not None),
+                      key=lambda f: f.path)
+
+    def read(self, path: str, start: int, length: int) -> bytes:
+        """``length`` bytes of ``path`` from ``start``, by one range request, checked."""
+        from huggingface_hub import get_session, hf_hub_url
+        from huggingface_hub.utils import build_hf_headers
+
+        if length <= 0:
+            return b""
+        end = start + length - 1
+        url = hf_hub_url(self.ref.repo, path, revision=self.commit, endpoint=self.endpoint)
+        headers = {**build_hf_headers(token=self.token), "Range": f"bytes={start}-{end}", "Accept-Encoding": "identity"}
+        try:
+            with get_session().stream("GET", url, headers=headers) as answer:
+                status = answer.status_code
+                if status == 200:  # the whole file is coming: stop before reading it
+                    raise RemoteError(
+                        f"{self.ref}: {path}: {self.endpoint} ignored the byte range asked for (it answered with the "
+                        "whole file): mxtrim reads shards by ranges and does not download them whole; use a mirror "
+                        "that serves Range requests (the Hub does), or download the files and give the folder")
+                if status != 206:
+                    raise RemoteError(f"{self.ref}: {path}: {self.endpoint} answered HTTP {status} to a range request "
+                                      "(the source was not read)")
+                span = answer.headers.get("Content-Range", "")
+                body = b"".join(answer.iter_bytes())
+        except RemoteError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            raise self._failed(exc, f"{path} could not be read") from None
+        m = re.match(r"bytes (\d+)-(\d+)/", span)
+        if not m or (int(m.group(1)), int(m.group(2))) != (start, end):
+            raise RemoteError(f"{self.ref}: {path}: asked for bytes {start}-{end}, the answer says {span or 'nothing'} "
+                              "(Content-Range): refused")
+        if len(body) != length:
+            raise RemoteError(f"{self.ref}: {path}: bytes {start}-{end} came truncated ({len(body)} of {length} bytes): "
+                              "read it again")
+        self.bytes_read += length
+        self.requests += 1
+        return body
+
+
+def shard_header(repo: HfRepo, f: RemoteFile) -> bytes:
+    """The first 8 + N bytes of a safetensors shard: its header's length and the header."""
+    if f.size < 8:
+        raise RemoteError(f"{repo.ref}: {f.path}: {f.size} bytes, too short for a safetensors file")
+    head = repo.read(f.path, 0, 8)
+    (n,) = struct.unpack("<Q", head)
+    if n > HEADER_LIMIT or 8 + n > f.size:
+        raise RemoteError(f"{repo.ref}: {f.path}: its header claims {n:,} bytes in a file of {f.size:,}: not a "
+                          "safetensors file, or a damaged one")
+    return head + repo.read(f.path, 8, n)
+
+
+@dataclass
+class MirrorReport:
+    folder: Path
+    source: str  # hf://ORG/NAME@<commit>
+    bytes_read: int
+    requests: int
+    repository_bytes: int  # every file of the repository, whole
+    shards: int
+    skipped: list[str]  # files neither read nor needed (other weights, large files)
+
+
+def header_mirror(repo: HfRepo, dest: Path) -> MirrorReport:
+    """Write ``dest`` (which must not exist): the repository's small files, and its shards as
+    sparse files holding only their headers. Written beside ``dest`` first and renamed into
+    place only when complete: a failure leaves nothing."""
+    if dest.exists():
+        raise RemoteError(f"{dest}: already exists; give a new folder for the mirror")
+    files = repo.files()
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f".{dest.name}.partial-", dir=dest.parent))
+    skipped: list[str] = []
+    shards = 0
+    try:
+        for f in files:
+            target = work / f.path
+            if ".." in Path(f.path).parts or Path(f.path).is_absolute():
+                raise RemoteError(f"{repo.ref}: {f.path}: a file name outside the repository: refused")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if f.path.endswith(".safetensors"):
+                header = shard_header(repo, f)
+                with open(target, "wb") as out:
+                    out.write(header)
+                    out.truncate(f.size)  # the tensors' bytes: a hole, never read here
+                shards += 1
+            elif f.path.lower().endswith(SMALL_SUFFIXES) and f.size <= SMALL_LIMIT:
+                target.write_bytes(repo.read(f.path, 0, f.size))
+            else:
+                skipped.append(f.path)
+        report = MirrorReport(dest, f"hf://{repo.ref.repo}@{repo.commit}", repo.bytes_read, repo.requests,
+                              sum(f.size for f in files), shards, skipped)
+        record = {"schema": "mxtrim.remote-mirror/1", "source": report.source, "asked": str(repo.ref),
+                  "endpoint": repo.endpoint, "bytes_read": report.bytes_read, "requests": report.requests,
+                  "repository_bytes": report.repository_bytes, "shards_header_only": shards, "not_read": skipped}
+        (work / MIRROR_RECORD).write_text(json.dumps(record, indent=2) + "\n")
+        os.rename(work, dest)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    return report

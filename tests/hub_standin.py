@@ -1,0 +1,128 @@
+"""A stand-in of the Hugging Face Hub's HTTP surface, serving local folders as repositories.
+
+What huggingface_hub's own client asks (read in huggingface_hub 2.4.0: hf_api.py, file_download.py):
+``GET /api/models/{repo}/revision/{rev}`` (model info: ``id``, ``sha``, ``siblings``),
+``GET /api/models/{repo}/tree/{rev}?recursive=true`` (``type``, ``path``, ``oid``, ``size``)
+and ``GET|HEAD /{repo}/resolve/{rev}/{file}`` with ``Range`` (206 and ``Content-Range``,
+``X-Repo-Commit``, ``ETag``). A revision is a branch name or the commit itself. Every body byte
+served is counted, per file; ``ignore_range`` makes it answer 200 with the whole file, as some
+mirrors do."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from collections import Counter
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+
+class HubStandIn:
+    def __init__(self, repos: dict[str, Path], commit: str = "0" * 39 + "1", ignore_range: bool = False):
+        self.repos, self.commit, self.ignore_range = repos, commit, ignore_range
+        self.served: Counter = Counter()  # file path -> body bytes sent
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.endpoint = f"http://127.0.0.1:{self.server.server_port}"
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> "HubStandIn":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def files(self, repo: str) -> list[Path]:
+        root = self.repos[repo]
+        return sorted(p for p in root.rglob("*") if p.is_file())
+
+    def _handler(self):
+        hub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args) -> None:
+                pass
+
+            def _json(self, doc, status: int = 200) -> None:
+                body = json.dumps(doc).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def _missing(self, code: str) -> None:
+                body = json.dumps({"error": code}).encode()
+                self.send_response(404)
+                self.send_header("X-Error-Code", code)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def _repo_and_rest(self, parts: list[str]):
+                if len(parts) < 2 or "/".join(parts[:2]) not in hub.repos:
+                    return None, None
+                return "/".join(parts[:2]), parts[2:]
+
+            def _revision_ok(self, rev: str) -> bool:
+                return rev in ("main", hub.commit)
+
+            def do_HEAD(self) -> None:
+                self._resolve(head=True)
+
+            def do_GET(self) -> None:
+                path = unquote(urlsplit(self.path).path).strip("/")
+                parts = path.split("/")
+                if parts[:2] == ["api", "models"]:
+                    repo, rest = self._repo_and_rest(parts[2:])
+                    if repo is None:
+                        return self._missing("RepoNotFound")
+                    if not rest or not self._revision_ok(rest[1] if len(rest) > 1 else ""):
+                        return self._missing("RevisionNotFound")
+                    root = hub.repos[repo]
+                    if rest[0] == "revision":
+                        return self._json({"id": repo, "sha": hub.commit,
+                                           "siblings": [{"rfilename": str(p.relative_to(root))} for p in hub.files(repo)]})
+                    if rest[0] == "tree":
+                        return self._json([{"type": "file", "path": str(p.relative_to(root)), "size": p.stat().st_size,
+                                            "oid": hashlib.sha1(str(p).encode()).hexdigest()} for p in hub.files(repo)])
+                    return self._missing("EntryNotFound")
+                self._resolve(head=False)
+
+            def _resolve(self, head: bool) -> None:
+                parts = unquote(urlsplit(self.path).path).strip("/").split("/")
+                repo, rest = self._repo_and_rest(parts)
+                if repo is None or len(rest) < 3 or rest[0] != "resolve":
+                    return self._missing("RepoNotFound")
+                if not self._revision_ok(rest[1]):
+                    return self._missing("RevisionNotFound")
+                name = "/".join(rest[2:])
+                file = hub.repos[repo] / name
+                if not file.is_file():
+                    return self._missing("EntryNotFound")
+                data = file.read_bytes()
+                wanted = self.headers.get("Range")
+                status, body, span = 200, data, None
+                if wanted and not hub.ignore_range:
+                    first, _, last = wanted.removeprefix("bytes=").partition("-")
+                    start, end = int(first), min(int(last) if last else len(data) - 1, len(data) - 1)
+                    status, body, span = 206, data[start:end + 1], f"bytes {start}-{end}/{len(data)}"
+                self.send_response(status)
+                self.send_header("X-Repo-Commit", hub.commit)
+                self.send_header("ETag", f'"{hashlib.sha256(data).hexdigest()}"')
+                self.send_header("Accept-Ranges", "none" if hub.ignore_range else "bytes")
+                self.send_header("Content-Length", str(len(body)))
+                if span:
+                    self.send_header("Content-Range", span)
+                self.end_headers()
+                if not head:
+                    try:
+                        self.wfile.write(body)
+                    except (BrokenPipeError, ConnectionResetError):  # the client stopped reading
+                        pass
+                    hub.served[name] += len(body)
+
+        return Handler

@@ -1,0 +1,105 @@
+"""A repository on the Hub read by byte ranges (mxtrim_tui.core.read.remote): the real
+huggingface_hub client against a stand-in of the Hub's HTTP surface (tests/hub_standin.py)
+serving a sharded checkpoint the test writes. Every body byte served is counted."""
+
+from __future__ import annotations
+
+import json
+import struct
+
+import pytest
+
+from hub_standin import HubStandIn
+from mxtrim_tui.core.model.inventory import build_inventory
+from mxtrim_tui.core.model.inventory_json import inventory_to_json
+from mxtrim_tui.core.read.remote import MIRROR_RECORD, HfRepo, RemoteError, RemoteRef, header_mirror, parse_remote
+from mxtrim_tui.core.read.source import open_source
+from synth.checkpoint import write_checkpoint
+from synth.layouts.llama import llama3
+
+REPO = "org/tiny-llama"
+
+
+@pytest.fixture(autouse=True)
+def online(monkeypatch):
+    """huggingface_hub reads HF_HUB_OFFLINE when it is imported: the stand-in is local."""
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    """A Llama of four layers in three shards with its index, tokenizer and config."""
+    root = write_checkpoint(tmp_path_factory.mktemp("hub") / "tiny-llama",
+                            llama3(num_layers=4, hidden_size=256, vocab_size=512), data="random", max_shard_bytes=2**20)
+    assert len(list(root.glob("*.safetensors"))) >= 3
+    return root
+
+
+def tensors(src) -> dict:
+    return {(shard, t.name): (t.dtype, t.shape, t.begin, t.end) for shard, s in src.shards.items() for t in s.tensors.values()}
+
+
+def test_references_name_a_repository_and_a_revision():
+    assert parse_remote("hf://deepseek-ai/DeepSeek-V3") == RemoteRef("deepseek-ai/DeepSeek-V3", "main")
+    assert parse_remote("hf://org/name@v1.0") == RemoteRef("org/name", "v1.0")
+    assert str(parse_remote("hf://org/name@" + "a" * 40)) == "hf://org/name@" + "a" * 40
+    for text in ("org/name", "/data/models/x", "hf://just-a-name", "hf://org/name/extra", "s3://org/name"):
+        assert parse_remote(text) is None, text
+
+
+def test_the_inventory_over_ranges_is_the_local_one_and_reads_headers_only(checkpoint, tmp_path):
+    with HubStandIn({REPO: checkpoint}) as hub:
+        repo = HfRepo(RemoteRef(REPO), endpoint=hub.endpoint)
+        report = header_mirror(repo, tmp_path / "tiny-llama")
+        served = dict(hub.served)
+    local, mirror = open_source(checkpoint), open_source(tmp_path / "tiny-llama")
+    # tensor by tensor: names, shards, dtypes, shapes and offsets; then the whole inventory
+    assert tensors(mirror) == tensors(local) and len(tensors(local)) > 30
+    inv = lambda src: json.dumps(inventory_to_json(build_inventory(src), with_tensors=True), sort_keys=True).replace(str(src.root), "ROOT")  # noqa: E731
+    assert inv(mirror) == inv(local)
+    # what was read: each shard's 8 + N header bytes, the small files whole, nothing else
+    shards = sorted(checkpoint.glob("*.safetensors"))
+    for shard in shards:
+        (n,) = struct.unpack("<Q", shard.read_bytes()[:8])
+        assert served[shard.name] == 8 + n < shard.stat().st_size / 10
+        assert (tmp_path / "tiny-llama" / shard.name).stat().st_size == shard.stat().st_size  # sparse, full size
+    small = [p for p in checkpoint.iterdir() if p.suffix != ".safetensors"]
+    assert all(served[p.name] == p.stat().st_size for p in small)
+    assert sum(served.values()) == report.bytes_read < report.repository_bytes / 10
+    record = json.loads((tmp_path / "tiny-llama" / MIRROR_RECORD).read_text())
+    assert record["source"] == f"hf://{REPO}@{hub.commit}" and record["bytes_read"] == report.bytes_read
+    assert record["shards_header_only"] == len(shards)
+
+
+def test_a_mirror_that_ignores_range_is_refused_and_leaves_nothing(checkpoint, tmp_path):
+    with HubStandIn({REPO: checkpoint}, ignore_range=True) as hub:
+        with pytest.raises(RemoteError) as err:
+            header_mirror(HfRepo(RemoteRef(REPO), endpoint=hub.endpoint), tmp_path / "mirror")
+        served = sum(hub.served.values())
+    said = str(err.value)
+    assert said.startswith(f"hf://{REPO}@main: ") and "ignored the byte range" in said and "does not download them whole" in said
+    assert list(tmp_path.iterdir()) == []  # no mirror, no partial folder
+    largest = max(p.stat().st_size for p in checkpoint.glob("*.safetensors"))
+    assert served < 3 * largest  # the first whole answer was dropped, not read to the end of every shard
+
+
+@pytest.mark.parametrize("ref, words", [
+    (RemoteRef("org/absent"), "no such repository, or it is private"),
+    (RemoteRef(REPO, "v9"), "no revision 'v9' in it"),
+])
+def test_a_repository_or_revision_that_is_not_there_is_one_clear_error(checkpoint, tmp_path, ref, words):
+    with HubStandIn({REPO: checkpoint}) as hub:
+        with pytest.raises(RemoteError) as err:
+            header_mirror(HfRepo(ref, endpoint=hub.endpoint), tmp_path / "mirror")
+    assert str(err.value).startswith(f"{ref}: ") and words in str(err.value)
+    assert not (tmp_path / "mirror").exists()
+
+
+def test_no_answer_at_the_endpoint_names_it(tmp_path):
+    with HubStandIn({}) as hub:
+        endpoint = hub.endpoint  # closed on leaving: nothing listens there now
+    with pytest.raises(RemoteError) as err:
+        HfRepo(RemoteRef(REPO), endpoint=endpoint).files()
+    assert f"no answer from {endpoint}" in str(err.value) and "HF_ENDPOINT" in str(err.value)
