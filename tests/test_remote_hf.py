@@ -103,3 +103,25 @@ def test_no_answer_at_the_endpoint_names_it(tmp_path):
     with pytest.raises(RemoteError) as err:
         HfRepo(RemoteRef(REPO), endpoint=endpoint).files()
     assert f"no answer from {endpoint}" in str(err.value) and "HF_ENDPOINT" in str(err.value)
+
+
+def test_inspect_of_a_hub_repository_reads_it_by_ranges(checkpoint):
+    """`mxtrim inspect hf://ORG/NAME --json`, the Hub at $HF_ENDPOINT: the local inventory's
+    layers and parts, the source pinned to its commit, and the bytes read (headers only)."""
+    from engine_support import run_cli
+
+    local = json.loads(run_cli("inspect", str(checkpoint), "--json").stdout)
+    with HubStandIn({REPO: checkpoint}) as hub:
+        env = {"HF_ENDPOINT": hub.endpoint, "HF_HUB_OFFLINE": "0"}
+        r = run_cli("inspect", f"hf://{REPO}", "--json", env=env)
+        served = sum(hub.served.values())
+        absent = run_cli("inspect", "hf://org/absent", env=env)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["source"] == f"hf://{REPO}@{hub.commit}" and doc["remote"]["bytes_read"] == served
+    assert doc["remote"]["repository_bytes"] > 10 * served
+    for key in ("model", "totals", "source_state", "submodels", "groups", "shared", "quantization", "unassigned"):
+        assert doc[key] == local[key], key
+    assert f"hf://{REPO}@{hub.commit}: read " in r.stderr and "range requests" in r.stderr
+    assert absent.returncode == 1 and absent.stderr.startswith("mxtrim: error: hf://org/absent@main: ")
+    assert "no such repository, or it is private" in absent.stderr and "Traceback" not in absent.stderr

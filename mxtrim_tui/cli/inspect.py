@@ -10,7 +10,8 @@ from .arguments import hidden_debug
 
 def register(sub) -> None:
     ins = sub.add_parser("inspect", help="describe a model directory without loading weights")
-    ins.add_argument("source", metavar="SRC", help="Hugging Face-layout model directory")
+    ins.add_argument("source", metavar="SRC", help="Hugging Face-layout model directory, or hf://ORG/NAME[@REVISION] "
+                     "(read by range requests: each shard's header and the small files)")
     ins.add_argument("--json", action="store_true", help="print the inventory as JSON (schema mxtrim.inventory/1)")
     ins.add_argument("--tensors", action="store_true", help="with --json: list every tensor name per layer/part")
     hidden_debug(ins)
@@ -19,18 +20,50 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from ..core.model.inventory import build_inventory
+    from ..core.read.remote import parse_remote
     from ..core.read.source import open_source
 
-    inv = build_inventory(open_source(args.source))
+    ref = parse_remote(args.source)
+    if ref is not None:
+        return _inspect_remote(args, ref)
+    _show(args, build_inventory(open_source(args.source)))
+    return 0
+
+
+def _show(args, inv, remote=None) -> None:
+    """The inventory as --json or a table (``remote``: the header mirror it was read from)."""
     if args.json:
         from ..core.model.inventory_json import inventory_to_json
 
-        json.dump(inventory_to_json(inv, with_tensors=args.tensors), sys.stdout, indent=2)
+        doc = inventory_to_json(inv, with_tensors=args.tensors)
+        if remote is not None:
+            doc["source"] = remote.source
+            doc["remote"] = {"bytes_read": remote.bytes_read, "requests": remote.requests,
+                             "repository_bytes": remote.repository_bytes, "shards_header_only": remote.shards}
+        json.dump(doc, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
         from rich.console import Console
 
         from ..render import render_inventory
 
-        render_inventory(inv, Console())
+        render_inventory(inv, Console(), shown_as=remote.source if remote is not None else None)
+
+
+def _inspect_remote(args, ref) -> int:
+    """``inspect hf://…``: the headers and small files read by ranges into a temporary mirror,
+    removed after; the inventory says the commit it was read at and the bytes read."""
+    import tempfile
+    from pathlib import Path
+
+    from ..core.model.inventory import build_inventory
+    from ..core.read.remote import HfRepo, header_mirror
+    from ..core.read.source import open_source
+    from ..core.units import human_bytes
+
+    with tempfile.TemporaryDirectory(prefix="mxtrim-remote-") as tmp:
+        report = header_mirror(HfRepo(ref), Path(tmp) / ref.repo.rpartition("/")[2])
+        print(f"{report.source}: read {human_bytes(report.bytes_read)} by {report.requests} range requests (every "
+              f"shard's header, the small files) of a {human_bytes(report.repository_bytes)} repository", file=sys.stderr)
+        _show(args, build_inventory(open_source(report.folder)), report)
     return 0

@@ -32,6 +32,8 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..errors import InputError
+
 HF = re.compile(r"^hf://([A-Za-z0-9][\w.-]*/[\w.-]+)(?:@([\w./-]+))?$")
 # files read whole: what an inventory and a dummy output need (never weights)
 SMALL_SUFFIXES = (".json", ".txt", ".model", ".jinja", ".tiktoken", ".py", ".md", ".yaml", ".yml")
@@ -40,8 +42,11 @@ HEADER_LIMIT = 100 * 2**20  # a safetensors header longer than this is refused (
 MIRROR_RECORD = ".mxtrim-remote.json"
 
 
-class RemoteError(Exception):
+class RemoteError(InputError):
     """A remote source cannot be read: one message naming the repository, the file and what to do."""
+
+    def __init__(self, message: str):
+        super().__init__(None, message)
 
 
 @dataclass(frozen=True)
