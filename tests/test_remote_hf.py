@@ -125,3 +125,47 @@ def test_inspect_of_a_hub_repository_reads_it_by_ranges(checkpoint):
     assert f"hf://{REPO}@{hub.commit}: read " in r.stderr and "range requests" in r.stderr
     assert absent.returncode == 1 and absent.stderr.startswith("mxtrim: error: hf://org/absent@main: ")
     assert "no such repository, or it is private" in absent.stderr and "Traceback" not in absent.stderr
+
+
+def hub_cache(root, checkpoint, commit: str, files=None):
+    """huggingface_hub's cache layout holding ``checkpoint`` at ``commit`` (main points at it)."""
+    import shutil
+
+    repo = root / ("models--" + REPO.replace("/", "--"))
+    snapshot = repo / "snapshots" / commit
+    snapshot.mkdir(parents=True)
+    for p in checkpoint.iterdir():
+        if files is None or p.name in files:
+            shutil.copy(p, snapshot / p.name)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    return snapshot
+
+
+def test_a_repository_in_the_local_cache_is_read_there_and_offline_without_it_is_one_error(checkpoint, tmp_path):
+    """Offline first: a complete snapshot in huggingface_hub's cache is read there (nothing asked
+    of the Hub), a partial one too when HF_HUB_OFFLINE is set; offline without it, one error."""
+    from engine_support import run_cli
+
+    commit = "c" * 40
+    cache = tmp_path / "hub-cache"
+    hub_cache(cache, checkpoint, commit)
+    with HubStandIn({REPO: checkpoint}) as hub:
+        env = {"HF_ENDPOINT": hub.endpoint, "HF_HUB_OFFLINE": "0", "HF_HUB_CACHE": str(cache)}
+        r = run_cli("inspect", f"hf://{REPO}", "--json", env=env)
+        served = sum(hub.served.values())
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert served == 0 and doc["source"] == f"hf://{REPO}@{commit}" and doc["remote"]["bytes_read"] == 0
+    assert doc["model"]["name"] == "tiny-llama" and doc["source_state"]["state"] == "complete"
+    assert "read from huggingface_hub's cache" in r.stderr and "nothing downloaded" in r.stderr
+    # offline: the config-only snapshot is what there is, and says so; no cache at all: one error
+    partial = tmp_path / "partial-cache"
+    hub_cache(partial, checkpoint, commit, files={"config.json", "tokenizer.json", "tokenizer_config.json"})
+    offline_env = {"HF_HUB_OFFLINE": "1", "HF_ENDPOINT": "http://127.0.0.1:9"}
+    r = run_cli("inspect", f"hf://{REPO}", "--json", env={**offline_env, "HF_HUB_CACHE": str(partial)})
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["source_state"]["state"] == "config only"
+    r = run_cli("inspect", f"hf://{REPO}", env={**offline_env, "HF_HUB_CACHE": str(tmp_path / "empty")})
+    assert r.returncode == 1 and r.stderr.startswith(f"mxtrim: error: hf://{REPO}@main: HF_HUB_OFFLINE is set"), r.stderr
+    assert "Traceback" not in r.stderr

@@ -30,16 +30,14 @@ def run(args) -> int:
     return 0
 
 
-def _show(args, inv, remote=None) -> None:
-    """The inventory as --json or a table (``remote``: the header mirror it was read from)."""
+def _show(args, inv, source: str | None = None, remote: dict | None = None) -> None:
+    """The inventory as --json or a table (``source``, ``remote``: where a remote one was read)."""
     if args.json:
         from ..core.model.inventory_json import inventory_to_json
 
         doc = inventory_to_json(inv, with_tensors=args.tensors)
-        if remote is not None:
-            doc["source"] = remote.source
-            doc["remote"] = {"bytes_read": remote.bytes_read, "requests": remote.requests,
-                             "repository_bytes": remote.repository_bytes, "shards_header_only": remote.shards}
+        if source is not None:
+            doc["source"], doc["remote"] = source, remote
         json.dump(doc, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
@@ -47,7 +45,7 @@ def _show(args, inv, remote=None) -> None:
 
         from ..render import render_inventory
 
-        render_inventory(inv, Console(), shown_as=remote.source if remote is not None else None)
+        render_inventory(inv, Console(), shown_as=source)
 
 
 def _inspect_remote(args, ref) -> int:
@@ -57,13 +55,25 @@ def _inspect_remote(args, ref) -> int:
     from pathlib import Path
 
     from ..core.model.inventory import build_inventory
-    from ..core.read.remote import HfRepo, header_mirror
+    from ..core.read.remote import HfRepo, cached_snapshot, header_mirror, not_cached_offline, offline
     from ..core.read.source import open_source
     from ..core.units import human_bytes
 
+    cached = cached_snapshot(ref)
+    if cached is not None:
+        local = open_source(cached)
+        if offline() or local.state == "complete":
+            source = f"hf://{ref.repo}@{cached.name}"
+            print(f"{source}: read from huggingface_hub's cache ({cached}); nothing downloaded", file=sys.stderr)
+            _show(args, build_inventory(local), source, {"cache": str(cached), "bytes_read": 0, "requests": 0})
+            return 0
+    if offline():
+        raise not_cached_offline(ref)
     with tempfile.TemporaryDirectory(prefix="mxtrim-remote-") as tmp:
         report = header_mirror(HfRepo(ref), Path(tmp) / ref.repo.rpartition("/")[2])
         print(f"{report.source}: read {human_bytes(report.bytes_read)} by {report.requests} range requests (every "
               f"shard's header, the small files) of a {human_bytes(report.repository_bytes)} repository", file=sys.stderr)
-        _show(args, build_inventory(open_source(report.folder)), report)
+        _show(args, build_inventory(open_source(report.folder)), report.source,
+              {"cache": None, "bytes_read": report.bytes_read, "requests": report.requests,
+               "repository_bytes": report.repository_bytes, "shards_header_only": report.shards})
     return 0

@@ -948,9 +948,13 @@ def _final_warnings(source, fam, config, text_cfg, submodels, unassigned, quant,
 
 
 def _model_name(config: dict, source: ModelSource) -> str:
-    """The model's name: the config's ``_name_or_path`` tail, else the directory's name."""
+    """The model's name: the config's ``_name_or_path`` tail, else the directory's name (of a
+    snapshot in huggingface_hub's cache, ``models--ORG--NAME/snapshots/<commit>``: NAME)."""
     name = config.get("_name_or_path") if isinstance(config.get("_name_or_path"), str) else ""
-    return (name.rstrip("/").rsplit("/", 1)[-1] if name else "") or source.root.resolve().name
+    root = source.root.resolve()
+    if root.parent.name == "snapshots" and root.parent.parent.name.startswith("models--"):
+        return (name.rstrip("/").rsplit("/", 1)[-1] if name else "") or root.parent.parent.name.split("--", 2)[-1]
+    return (name.rstrip("/").rsplit("/", 1)[-1] if name else "") or root.name
 
 
 # a numbered segment with the dot before it (replaced by ".*"; a literal first character lets

@@ -14,6 +14,10 @@ from it as from a download of the whole repository (tensor names, dtypes, shapes
 exact bytes). The mirror says so in ``.mxtrim-remote.json``: the source, its commit and the
 bytes read.
 
+Offline first: a snapshot of the revision already in huggingface_hub's cache is read there
+(:func:`cached_snapshot`) when it is complete, or whatever it holds when ``HF_HUB_OFFLINE`` is
+set; nothing is asked of the Hub then.
+
 Every ranged answer is checked: a server that ignores ``Range`` (answers 200 with the whole
 file) is refused rather than read (huggingface_hub's own file system does not check, and would
 hand back the wrong bytes); an answer shorter than asked, or for other bytes
@@ -170,6 +174,32 @@ class HfRepo:
         self.bytes_read += length
         self.requests += 1
         return body
+
+
+def cached_snapshot(ref: RemoteRef) -> Path | None:
+    """The repository's snapshot at this revision in huggingface_hub's cache
+    (``$HF_HUB_CACHE``, ``$HF_HOME/hub``), named by its commit; None where it is not cached."""
+    from huggingface_hub import snapshot_download
+
+    try:
+        return Path(snapshot_download(ref.repo, revision=ref.revision, local_files_only=True))
+    except Exception:  # noqa: BLE001 - not cached (LocalEntryNotFoundError), or an unreadable cache
+        return None
+
+
+def offline() -> bool:
+    """huggingface_hub's offline mode (``HF_HUB_OFFLINE``, read when it is imported)."""
+    from huggingface_hub import constants
+
+    return bool(constants.HF_HUB_OFFLINE)
+
+
+def not_cached_offline(ref: RemoteRef) -> RemoteError:
+    from huggingface_hub import constants
+
+    return RemoteError(f"{ref}: HF_HUB_OFFLINE is set and the repository is not in huggingface_hub's cache "
+                       f"({constants.HF_HUB_CACHE}): unset HF_HUB_OFFLINE to read it by ranges, or download it first "
+                       "(hf download) and give its folder")
 
 
 def shard_header(repo: HfRepo, f: RemoteFile) -> bytes:
