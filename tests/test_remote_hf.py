@@ -105,6 +105,7 @@ def test_no_answer_at_the_endpoint_names_it(tmp_path):
     assert f"no answer from {endpoint}" in str(err.value) and "HF_ENDPOINT" in str(err.value)
 
 
+@pytest.mark.slow
 def test_inspect_of_a_hub_repository_reads_it_by_ranges(checkpoint):
     """`mxtrim inspect hf://ORG/NAME --json`, the Hub at $HF_ENDPOINT: the local inventory's
     layers and parts, the source pinned to its commit, and the bytes read (headers only)."""
@@ -142,6 +143,7 @@ def hub_cache(root, checkpoint, commit: str, files=None):
     return snapshot
 
 
+@pytest.mark.slow
 def test_a_repository_in_the_local_cache_is_read_there_and_offline_without_it_is_one_error(checkpoint, tmp_path):
     """Offline first: a complete snapshot in huggingface_hub's cache is read there (nothing asked
     of the Hub), a partial one too when HF_HUB_OFFLINE is set; offline without it, one error."""
