@@ -33,6 +33,8 @@ import re
 import shutil
 import struct
 import tempfile
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -44,6 +46,7 @@ SMALL_SUFFIXES = (".json", ".txt", ".model", ".jinja", ".tiktoken", ".py", ".md"
 SMALL_LIMIT = 64 * 2**20  # bytes: a larger "small" file (a huge tokenizer.json) is still read, up to this
 HEADER_LIMIT = 100 * 2**20  # a safetensors header longer than this is refused (the format's readers cap it too)
 MIRROR_RECORD = ".mxtrim-remote.json"
+IN_FLIGHT = 8  # range requests at once (a release of 163 shards is 326 requests)
 
 
 class RemoteError(InputError):
@@ -85,6 +88,7 @@ class HfRepo:
     bytes_read: int = 0
     requests: int = 0
     _commit: str | None = field(default=None, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def __post_init__(self) -> None:
         from huggingface_hub import constants
@@ -171,8 +175,9 @@ class HfRepo:
         if len(body) != length:
             raise RemoteError(f"{self.ref}: {path}: bytes {start}-{end} came truncated ({len(body)} of {length} bytes): "
                               "read it again")
-        self.bytes_read += length
-        self.requests += 1
+        with self._lock:
+            self.bytes_read += length
+            self.requests += 1
         return body
 
 
@@ -235,28 +240,47 @@ def header_mirror(repo: HfRepo, dest: Path) -> MirrorReport:
     dest.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{dest.name}.partial-", dir=dest.parent))
     skipped: list[str] = []
-    shards = 0
+    shards = [f for f in files if f.path.endswith(".safetensors")]
+
+    def fetch(f: RemoteFile) -> None:
+        target = work / f.path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if f.path.endswith(".safetensors"):
+            header = shard_header(repo, f)
+            with open(target, "wb") as out:
+                out.write(header)
+                out.truncate(f.size)  # the tensors' bytes: a hole, never read here
+        else:
+            target.write_bytes(repo.read(f.path, 0, f.size))
+
     try:
+        wanted = []
         for f in files:
-            target = work / f.path
             if ".." in Path(f.path).parts or Path(f.path).is_absolute():
                 raise RemoteError(f"{repo.ref}: {f.path}: a file name outside the repository: refused")
-            target.parent.mkdir(parents=True, exist_ok=True)
-            if f.path.endswith(".safetensors"):
-                header = shard_header(repo, f)
-                with open(target, "wb") as out:
-                    out.write(header)
-                    out.truncate(f.size)  # the tensors' bytes: a hole, never read here
-                shards += 1
-            elif f.path.lower().endswith(SMALL_SUFFIXES) and f.size <= SMALL_LIMIT:
-                target.write_bytes(repo.read(f.path, 0, f.size))
+            if f in shards or (f.path.lower().endswith(SMALL_SUFFIXES) and f.size <= SMALL_LIMIT):
+                wanted.append(f)
             else:
                 skipped.append(f.path)
+        # one file first, alone: a server that ignores Range is found out by one answer, not by
+        # one per request in flight; then several requests in flight
+        first = next((f for f in wanted if f in shards), wanted[0] if wanted else None)
+        if first is not None:
+            fetch(first)
+        with ThreadPoolExecutor(max_workers=IN_FLIGHT) as pool:
+            futures = [pool.submit(fetch, f) for f in wanted if f is not first]
+            try:
+                for done in futures:
+                    done.result()
+            except BaseException:
+                for pending in futures:  # nothing more starts after the first failure
+                    pending.cancel()
+                raise
         report = MirrorReport(dest, f"hf://{repo.ref.repo}@{repo.commit}", repo.bytes_read, repo.requests,
-                              sum(f.size for f in files), shards, skipped)
+                              sum(f.size for f in files), len(shards), skipped)
         record = {"schema": "mxtrim.remote-mirror/1", "source": report.source, "asked": str(repo.ref),
                   "endpoint": repo.endpoint, "bytes_read": report.bytes_read, "requests": report.requests,
-                  "repository_bytes": report.repository_bytes, "shards_header_only": shards, "not_read": skipped}
+                  "repository_bytes": report.repository_bytes, "shards_header_only": len(shards), "not_read": skipped}
         (work / MIRROR_RECORD).write_text(json.dumps(record, indent=2) + "\n")
         os.rename(work, dest)
     except BaseException:
