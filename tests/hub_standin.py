@@ -6,7 +6,7 @@ What huggingface_hub's own client asks (read in huggingface_hub 2.4.0: hf_api.py
 and ``GET|HEAD /{repo}/resolve/{rev}/{file}`` with ``Range`` (206 and ``Content-Range``,
 ``X-Repo-Commit``, ``ETag``). A revision is a branch name or the commit itself. Every body byte
 served is counted, per file; ``ignore_range`` makes it answer 200 with the whole file, as some
-mirrors do."""
+mirrors do, and ``short_answers`` one byte short of what its Content-Range says."""
 
 from __future__ import annotations
 
@@ -20,8 +20,10 @@ from urllib.parse import unquote, urlsplit
 
 
 class HubStandIn:
-    def __init__(self, repos: dict[str, Path], commit: str = "0" * 39 + "1", ignore_range: bool = False):
-        self.repos, self.commit, self.ignore_range = repos, commit, ignore_range
+    def __init__(self, repos: dict[str, Path], commit: str = "0" * 39 + "1", ignore_range: bool = False,
+                 short_answers: bool = False):
+        # short_answers: a ranged answer one byte short of its Content-Range (a cut-off proxy)
+        self.repos, self.commit, self.ignore_range, self.short_answers = repos, commit, ignore_range, short_answers
         self.served: Counter = Counter()  # file path -> body bytes sent
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.endpoint = f"http://127.0.0.1:{self.server.server_port}"
@@ -110,6 +112,8 @@ class HubStandIn:
                     first, _, last = wanted.removeprefix("bytes=").partition("-")
                     start, end = int(first), min(int(last) if last else len(data) - 1, len(data) - 1)
                     status, body, span = 206, data[start:end + 1], f"bytes {start}-{end}/{len(data)}"
+                    if hub.short_answers:
+                        body = body[:-1]
                 self.send_response(status)
                 self.send_header("X-Repo-Commit", hub.commit)
                 self.send_header("ETag", f'"{hashlib.sha256(data).hexdigest()}"')

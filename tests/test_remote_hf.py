@@ -85,6 +85,15 @@ def test_a_mirror_that_ignores_range_is_refused_and_leaves_nothing(checkpoint, t
     assert served < 3 * largest  # the first whole answer was dropped, not read to the end of every shard
 
 
+def test_an_answer_shorter_than_its_range_is_refused_and_leaves_nothing(checkpoint, tmp_path):
+    with HubStandIn({REPO: checkpoint}, short_answers=True) as hub:
+        with pytest.raises(RemoteError) as err:
+            header_mirror(HfRepo(RemoteRef(REPO), endpoint=hub.endpoint), tmp_path / "mirror")
+    said = str(err.value)
+    assert said.startswith(f"hf://{REPO}@main: ") and "came truncated (7 of 8 bytes)" in said and "read it again" in said
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("ref, words", [
     (RemoteRef("org/absent"), "no such repository, or it is private"),
     (RemoteRef(REPO, "v9"), "no revision 'v9' in it"),
