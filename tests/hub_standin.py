@@ -21,9 +21,10 @@ from urllib.parse import unquote, urlsplit
 
 class HubStandIn:
     def __init__(self, repos: dict[str, Path], commit: str = "0" * 39 + "1", ignore_range: bool = False,
-                 short_answers: bool = False):
+                 short_answers: bool = False, gated: frozenset[str] = frozenset()):
         # short_answers: a ranged answer one byte short of its Content-Range (a cut-off proxy)
         self.repos, self.commit, self.ignore_range, self.short_answers = repos, commit, ignore_range, short_answers
+        self.gated = gated  # repositories that need their terms accepted (403, X-Error-Code: GatedRepo)
         self.served: Counter = Counter()  # file path -> body bytes sent
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.endpoint = f"http://127.0.0.1:{self.server.server_port}"
@@ -56,15 +57,18 @@ class HubStandIn:
                 self.end_headers()
                 self.wfile.write(body)
 
-            def _missing(self, code: str) -> None:
+            def _missing(self, code: str, status: int = 404) -> None:
                 body = json.dumps({"error": code}).encode()
-                self.send_response(404)
+                self.send_response(status)
                 self.send_header("X-Error-Code", code)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)
 
             def _repo_and_rest(self, parts: list[str]):
+                if "/".join(parts[:2]) in hub.gated:
+                    self._missing("GatedRepo", 403)
+                    return None, "answered"
                 if len(parts) < 2 or "/".join(parts[:2]) not in hub.repos:
                     return None, None
                 return "/".join(parts[:2]), parts[2:]
@@ -81,7 +85,7 @@ class HubStandIn:
                 if parts[:2] == ["api", "models"]:
                     repo, rest = self._repo_and_rest(parts[2:])
                     if repo is None:
-                        return self._missing("RepoNotFound")
+                        return None if rest == "answered" else self._missing("RepoNotFound")
                     if not rest or not self._revision_ok(rest[1] if len(rest) > 1 else ""):
                         return self._missing("RevisionNotFound")
                     root = hub.repos[repo]
@@ -97,6 +101,8 @@ class HubStandIn:
             def _resolve(self, head: bool) -> None:
                 parts = unquote(urlsplit(self.path).path).strip("/").split("/")
                 repo, rest = self._repo_and_rest(parts)
+                if rest == "answered":
+                    return None
                 if repo is None or len(rest) < 3 or rest[0] != "resolve":
                     return self._missing("RepoNotFound")
                 if not self._revision_ok(rest[1]):

@@ -97,9 +97,10 @@ def test_an_answer_shorter_than_its_range_is_refused_and_leaves_nothing(checkpoi
 @pytest.mark.parametrize("ref, words", [
     (RemoteRef("org/absent"), "no such repository, or it is private"),
     (RemoteRef(REPO, "v9"), "no revision 'v9' in it"),
+    (RemoteRef("org/gated"), "the repository is gated: accept its terms on the Hub and give a token"),
 ])
 def test_a_repository_or_revision_that_is_not_there_is_one_clear_error(checkpoint, tmp_path, ref, words):
-    with HubStandIn({REPO: checkpoint}) as hub:
+    with HubStandIn({REPO: checkpoint}, gated=frozenset({"org/gated"})) as hub:
         with pytest.raises(RemoteError) as err:
             header_mirror(HfRepo(ref, endpoint=hub.endpoint), tmp_path / "mirror")
     assert str(err.value).startswith(f"{ref}: ") and words in str(err.value)
