@@ -258,13 +258,13 @@ def header_mirror(repo: HfRepo, dest: Path) -> MirrorReport:
         for f in files:
             if ".." in Path(f.path).parts or Path(f.path).is_absolute():
                 raise RemoteError(f"{repo.ref}: {f.path}: a file name outside the repository: refused")
-            if f in shards or (f.path.lower().endswith(SMALL_SUFFIXES) and f.size <= SMALL_LIMIT):
+            if f.path.endswith(".safetensors") or (f.path.lower().endswith(SMALL_SUFFIXES) and f.size <= SMALL_LIMIT):
                 wanted.append(f)
             else:
                 skipped.append(f.path)
         # one file first, alone: a server that ignores Range is found out by one answer, not by
         # one per request in flight; then several requests in flight
-        first = next((f for f in wanted if f in shards), wanted[0] if wanted else None)
+        first = next((f for f in wanted if f.path.endswith(".safetensors")), wanted[0] if wanted else None)
         if first is not None:
             fetch(first)
         with ThreadPoolExecutor(max_workers=IN_FLIGHT) as pool:
