@@ -92,7 +92,7 @@ def render_inventory(inv: Inventory, console: Console, shown_as: str | None = No
     head.add_row("weights", weights_line(inv))
     head.add_row("source", src.state_detail)
     head.add_row("quantization", inv.quantization.summary() + f" [dim]from {inv.quantization.location}[/]" if inv.quantization else "none")
-    console.print(Panel(head, title=f"[b]{shown_as or src.root}[/]", expand=False))
+    console.print(Panel(head, title=f"[b]{shown_as or src.origin or src.root}[/]", expand=False))
 
     subs = Table(title="Submodels", title_justify="left", box=box.SIMPLE_HEAD, expand=False, pad_edge=False)
     for col in ("submodel", "layers cfg/ckpt", "tensors", "bytes"):

@@ -6,7 +6,8 @@ What huggingface_hub's own client asks (read in huggingface_hub 2.4.0: hf_api.py
 and ``GET|HEAD /{repo}/resolve/{rev}/{file}`` with ``Range`` (206 and ``Content-Range``,
 ``X-Repo-Commit``, ``ETag``). A revision is a branch name or the commit itself. Every body byte
 served is counted, per file; ``ignore_range`` makes it answer 200 with the whole file, as some
-mirrors do, and ``short_answers`` one byte short of what its Content-Range says."""
+mirrors do, and ``short_answers`` one byte short of what its Content-Range says (all, or those
+a test picks). ``commit`` may be changed between requests: a branch that moved."""
 
 from __future__ import annotations
 
@@ -21,11 +22,15 @@ from urllib.parse import unquote, urlsplit
 
 class HubStandIn:
     def __init__(self, repos: dict[str, Path], commit: str = "0" * 39 + "1", ignore_range: bool = False,
-                 short_answers: bool = False, gated: frozenset[str] = frozenset()):
-        # short_answers: a ranged answer one byte short of its Content-Range (a cut-off proxy)
+                 short_answers=False, gated: frozenset[str] = frozenset()):
+        # short_answers: a ranged answer one byte short of its Content-Range (a cut-off proxy);
+        # True for every answer, or a test of (file, start, end) for some
         self.repos, self.commit, self.ignore_range, self.short_answers = repos, commit, ignore_range, short_answers
         self.gated = gated  # repositories that need their terms accepted (403, X-Error-Code: GatedRepo)
         self.served: Counter = Counter()  # file path -> body bytes sent
+        self.ranges: list[tuple[str, int, int]] = []  # (file, start, end exclusive) of every ranged answer sent
+        self.old_commits: set[str] = set()  # earlier commits still served by their hash (main moved on)
+        self.revisions: Counter = Counter()  # revision -> requests that named it
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.endpoint = f"http://127.0.0.1:{self.server.server_port}"
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
@@ -74,7 +79,8 @@ class HubStandIn:
                 return "/".join(parts[:2]), parts[2:]
 
             def _revision_ok(self, rev: str) -> bool:
-                return rev in ("main", hub.commit)
+                hub.revisions[rev] += 1
+                return rev in ("main", hub.commit) or rev in hub.old_commits
 
             def do_HEAD(self) -> None:
                 self._resolve(head=True)
@@ -90,7 +96,8 @@ class HubStandIn:
                         return self._missing("RevisionNotFound")
                     root = hub.repos[repo]
                     if rest[0] == "revision":
-                        return self._json({"id": repo, "sha": hub.commit,
+                        asked = rest[1] if len(rest) > 1 else "main"  # a commit names itself, main the newest
+                        return self._json({"id": repo, "sha": hub.commit if asked == "main" else asked,
                                            "siblings": [{"rfilename": str(p.relative_to(root))} for p in hub.files(repo)]})
                     if rest[0] == "tree":
                         return self._json([{"type": "file", "path": str(p.relative_to(root)), "size": p.stat().st_size,
@@ -118,7 +125,7 @@ class HubStandIn:
                     first, _, last = wanted.removeprefix("bytes=").partition("-")
                     start, end = int(first), min(int(last) if last else len(data) - 1, len(data) - 1)
                     status, body, span = 206, data[start:end + 1], f"bytes {start}-{end}/{len(data)}"
-                    if hub.short_answers:
+                    if hub.short_answers is True or (callable(hub.short_answers) and hub.short_answers(name, start, end)):
                         body = body[:-1]
                 self.send_response(status)
                 self.send_header("X-Repo-Commit", hub.commit)
@@ -134,5 +141,7 @@ class HubStandIn:
                     except (BrokenPipeError, ConnectionResetError):  # the client stopped reading
                         pass
                     hub.served[name] += len(body)
+                    if span:
+                        hub.ranges.append((name, start, end + 1))
 
         return Handler

@@ -50,7 +50,9 @@ def validation_args(sp) -> None:
 
 def selection_args(sp) -> None:
     """SRC, the selection and the serve settings: what `plan` and `trim` share."""
-    sp.add_argument("source", metavar="SRC", nargs="?", help="Hugging Face-layout model directory")
+    sp.add_argument("source", metavar="SRC", nargs="?",
+                    help="Hugging Face-layout model directory, or hf://ORG/NAME[@REVISION] (read by range requests: "
+                    "headers and small files; a real-weight trim then fetches only the kept tensors' bytes)")
     sp.add_argument(
         "--keep",
         action="append",

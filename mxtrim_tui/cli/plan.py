@@ -30,7 +30,16 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    request = trim_request(args)
+    from .remote_source import RemoteSources
+
+    remote = RemoteSources()  # a remote source is read into a temporary folder, removed at the end
+    try:
+        return _run(args, trim_request(args, remote))
+    finally:
+        remote.close(written=False)
+
+
+def _run(args, request) -> int:
     raw = request.serve
     plan = checked_plan(request)
     from ..core.plan.blockers import write_blockers
@@ -52,6 +61,8 @@ def run(args) -> int:
 
         probe = probe_gpus()  # the GPUs read: what the budget's memory figure comes from
         doc = plan_to_json(plan, with_tensors=args.tensors, serve=budget_inputs(plan, raw, probe)) | {"gpus": probe_json(probe)}
+        if plan.inventory.source.origin:
+            doc["remote"] = remote_download(plan)
         json.dump(doc, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
@@ -69,6 +80,14 @@ def run(args) -> int:
             probe = probe_gpus()
             render_gpus(probe, console, gpu_memory_flag="gpu_gib" in raw)
             render_budget(compute_budget(plan, budget_inputs(plan, raw, probe)), console)
+            if plan.inventory.source.origin:
+                from ..core.units import human_bytes
+
+                fetch = remote_download(plan)
+                console.print(f"remote source {plan.inventory.source.origin}: a real-weight trim downloads "
+                              f"{human_bytes(fetch['weights_trim_bytes'])} (the kept tensors, by byte ranges) of the "
+                              f"repository's {human_bytes(fetch['repository_weight_bytes'])} of weights; a dummy trim "
+                              "none (its small files are read already)", markup=False, soft_wrap=True)
     if blocking:
         print(blocking_line(blocking, "; no plan file saved" if args.save else ""), file=sys.stderr)
         return 1
@@ -82,3 +101,10 @@ def _save_plan(request, plan, path: Path) -> None:
 
     save_plan_document(plan_document(request, plan), path)
     print(f"saved the plan to {path} (run it: mxtrim trim --plan {path})", file=sys.stderr)
+
+
+def remote_download(plan) -> dict:
+    """What a trim of a remote source downloads beyond what the plan read: the kept tensors'
+    bytes for a real-weight trim, nothing more for a dummy one."""
+    return {"source": plan.inventory.source.origin, "weights_trim_bytes": plan.retained_bytes,
+            "dummy_trim_bytes": 0, "repository_weight_bytes": plan.inventory.source.present_tensor_bytes}

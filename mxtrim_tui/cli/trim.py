@@ -50,9 +50,39 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    from .remote_source import RemoteSources
+
+    # a remote source is held in a store beside the output: removed once the output is written,
+    # kept to resume from when a real-weight trim fails with kept tensor bytes fetched
+    remote = RemoteSources(parent=lambda: _output_parent(args))
+    written = False
+    try:
+        code = _run(args, remote)
+        written = True
+        return code
+    finally:
+        remote.close(written)
+
+
+def _output_parent(args) -> Path:
+    """The folder the output goes in, as known before the plan: ``--out``'s (or the plan
+    file's), else the workspace's models folder where the default output goes."""
+    from ..core.write.writer import DEFAULT_MODELS_DIR
+
+    out = args.out
+    if out is None and getattr(args, "plan", None) is not None:
+        from ..core.plan.plan_file import load_plan_document
+
+        out = load_plan_document(args.plan)[0].out
+    if out is not None:
+        return Path(os.path.abspath(out)).parent
+    return args.workspace.resolve() / DEFAULT_MODELS_DIR
+
+
+def _run(args, remote) -> int:
     from ..core.write.writer import default_output_dir
 
-    request = trim_request(args)
+    request = trim_request(args, remote)
     if request.mode is None:
         raise UsageError("mxtrim trim: error: --mode is required (dummy or weights) unless the plan file names it")
     raw = request.serve
@@ -78,7 +108,7 @@ def run(args) -> int:
     if args.batched_test_config is not None:  # refused now rather than after the write
         check_config(args.batched_test_config, [Path(os.path.abspath(out)).name])
     try:
-        result = _write(args, request, plan, out, serve, pending if alongside else None)
+        result = _write(args, request, plan, out, serve, pending if alongside else None, remote)
     except PlanChanged as changed:
         # the check made the plan another (an automatic selection widened) or blocked it: the
         # copy is gone, and the trim runs as it would have run had the check come first
@@ -91,7 +121,7 @@ def run(args) -> int:
             out = default_output_dir(plan, args.workspace.resolve(), request.mode)
             if args.batched_test_config is not None:
                 check_config(args.batched_test_config, [Path(os.path.abspath(out)).name])
-        result = _write(args, request, plan, out, serve)
+        result = _write(args, request, plan, out, serve, remote=remote)
     if getattr(result, "plan", None) is not None:
         plan = result.plan  # checked alongside the copy
     harness = _append_harness_entry(args.batched_test_config, result.path) if args.batched_test_config is not None else None
@@ -130,7 +160,7 @@ def _append_harness_entry(config: Path, output: Path) -> dict:
         return {"config": str(config), "error": str(exc)}
 
 
-def _write(args, request, plan, out: Path, serve, plan_check=None):
+def _write(args, request, plan, out: Path, serve, plan_check=None, remote=None):
     """Write the output of ``plan`` at ``out`` (progress events on stderr with --progress);
     ``plan_check``: the plan's transformers check, under way while a real-weight trim copies."""
     from ..core.write.writer import write_dummy
@@ -141,6 +171,9 @@ def _write(args, request, plan, out: Path, serve, plan_check=None):
         progress({"event": "stage", "name": "plan", "status": "done", "kept": plan.kept, "output": str(out)})
     if request.mode == "weights":
         from ..core.write.weights_writer import write_weights
+
+        if remote is not None:  # a remote source: the kept tensors' byte ranges are fetched first
+            remote.fetch_kept(plan, request.max_shard_bytes)
 
         def accept(checked) -> bool:  # the checked plan is written only if it writes as the copied one
             from ..core.plan.blockers import write_blockers

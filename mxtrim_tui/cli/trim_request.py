@@ -44,9 +44,10 @@ def _serve_raw(args) -> dict[str, str]:
     return raw
 
 
-def trim_request(args):
+def trim_request(args, remote=None):
     """What the command is asked to plan or write: its flags, or (trim --plan) the plan file,
-    whose source must be the one it was made for."""
+    whose source must be the one it was made for. A remote source (``hf://…``) is read into
+    a local folder by ``remote`` (cli/remote_source.py), which the request then names."""
     from ..core.checks.judge import set_runtime_python
     from ..core.plan.plan_file import TrimRequest, load_plan_document, refuse_changed_source
 
@@ -57,9 +58,10 @@ def trim_request(args):
         if args.source is None:
             raise UsageError(f"mxtrim {args.command}: error: the source directory SRC is required" +
                              (" (or --plan FILE)" if args.command == "trim" else ""))
+        held = remote.local(args.source) if remote is not None else None
         return TrimRequest(
             # absolute, as a plan file records it: the output says the same whichever way it was asked
-            source=Path(os.path.abspath(args.source)), keep=tuple(args.keep) if args.keep else None, mtp=args.mtp, force=args.force,
+            source=held or Path(os.path.abspath(args.source)), keep=tuple(args.keep) if args.keep else None, mtp=args.mtp, force=args.force,
             mode=args.mode, out=args.out, serve=_serve_raw(args), repo=args.repo,
             max_shard_bytes=getattr(args, "max_shard_size", None) or DEFAULT_MAX_SHARD_BYTES,
             hash_name=getattr(args, "hash", None) or DEFAULT_HASH,
@@ -71,6 +73,12 @@ def trim_request(args):
         raise UsageError(f"mxtrim trim: error: --plan holds the source, selection, serve settings and options: "
                          f"not {', '.join(given)} too (make another plan with mxtrim plan ... --save)")
     request, pins = load_plan_document(plan_file)
+    if isinstance(request.source, str):  # a remote source, pinned to its commit
+        if remote is None:
+            raise InputError(plan_file, f"its source {request.source} is remote: give it to mxtrim trim --plan")
+        from dataclasses import replace as _replace
+
+        request = _replace(request, source=remote.local(request.source))
     if args.mode is not None and request.mode is not None and args.mode != request.mode:
         raise UsageError(f"mxtrim trim: error: --mode {args.mode}: the plan file's mode is {request.mode}")
     refuse_changed_source(plan_file, request, pins)

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import signal
 import sys
+import threading
+from contextlib import contextmanager
 
 _received: list[int] = []
 
@@ -39,4 +41,30 @@ def install() -> None:
 def check() -> None:
     """Raise KeyboardInterrupt if a signal arrived whose exception may have been swallowed."""
     if _received:
+        raise KeyboardInterrupt
+
+
+@contextmanager
+def deferred():
+    """Ctrl-C and SIGTERM held back, not lost, for a step that must not be cut in two (a file
+    created and removed): a signal that arrives meanwhile raises KeyboardInterrupt once the
+    step is done. Only in the main thread, where handlers can be set; a signal being ignored
+    (nohup) stays ignored."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    arrived: list[int] = []
+    held = {}
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        previous = signal.getsignal(sig)
+        if previous is not signal.SIG_IGN:
+            held[sig] = previous
+            signal.signal(sig, lambda signum, frame: arrived.append(signum))
+    try:
+        yield
+    finally:
+        for sig, handler in held.items():
+            signal.signal(sig, handler)
+    if arrived:
+        _received.extend(arrived)
         raise KeyboardInterrupt

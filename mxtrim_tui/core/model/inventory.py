@@ -949,9 +949,12 @@ def _final_warnings(source, fam, config, text_cfg, submodels, unassigned, quant,
 
 def _model_name(config: dict, source: ModelSource) -> str:
     """The model's name: the config's ``_name_or_path`` tail, else the directory's name (of a
-    snapshot in huggingface_hub's cache, ``models--ORG--NAME/snapshots/<commit>``: NAME)."""
+    snapshot in huggingface_hub's cache, ``models--ORG--NAME/snapshots/<commit>``, or of a
+    remote repository's mirror: NAME)."""
     name = config.get("_name_or_path") if isinstance(config.get("_name_or_path"), str) else ""
     root = source.root.resolve()
+    if source.origin:  # a mirror of a remote repository (hf://ORG/NAME@<commit>): NAME
+        return (name.rstrip("/").rsplit("/", 1)[-1] if name else "") or source.origin.split("://", 1)[1].split("@")[0].rsplit("/", 1)[-1]
     if root.parent.name == "snapshots" and root.parent.parent.name.startswith("models--"):
         return (name.rstrip("/").rsplit("/", 1)[-1] if name else "") or root.parent.parent.name.split("--", 2)[-1]
     return (name.rstrip("/").rsplit("/", 1)[-1] if name else "") or root.name

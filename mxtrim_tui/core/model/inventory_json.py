@@ -12,7 +12,7 @@ def inventory_to_json(inv: Inventory, *, with_tensors: bool = False) -> dict:
     q = inv.quantization
     return {
         "schema": SCHEMA,
-        "source": str(src.root),
+        "source": src.origin or str(src.root),
         "model": {
             "name": inv.model_name,
             "model_type": src.model_type,

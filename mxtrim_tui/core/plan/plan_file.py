@@ -36,7 +36,7 @@ MODES = ("dummy", "weights")
 class TrimRequest:
     """What a trim is made of: the flags of ``mxtrim trim``, or a plan file."""
 
-    source: Path
+    source: Path | str  # str: a remote source as a plan file names it (hf://ORG/NAME@<commit>), not read yet
     keep: tuple[str, ...] | None = None  # --keep specs as typed; None: automatic
     mtp: bool | None = None
     force: bool = False
@@ -60,7 +60,7 @@ def plan_document(request: TrimRequest, plan) -> dict:
     return {
         "schema": SCHEMA,
         "written_by": f"mxtrim {mxtrim_version()}",
-        "source": {"path": str(Path(os.path.abspath(request.source))), "pins": source_pins(plan.inventory.source)},
+        "source": {"path": plan.inventory.source.origin or str(Path(os.path.abspath(request.source))), "pins": source_pins(plan.inventory.source)},
         "selection": {"keep": request.keep_list, "mtp": request.mtp, "force": request.force},
         "mode": request.mode,
         "output": str(request.out) if request.out is not None else None,
@@ -149,7 +149,8 @@ def load_plan_document(path: Path) -> tuple[TrimRequest, dict]:
     if not isinstance(shard_bytes, int) or isinstance(shard_bytes, bool) or shard_bytes <= 0 or hash_name not in HASHES:
         raise bad("options", f"max_shard_bytes a positive integer and hash one of {', '.join(HASHES)}")
     request = TrimRequest(
-        source=Path(source["path"]), keep=tuple(keep) if keep is not None else None, mtp=selection.get("mtp"),
+        # a remote source stays as its text (hf://ORG/NAME@<commit>): the command reads it
+        source=source["path"] if source["path"].startswith(("hf://", "ms://")) else Path(source["path"]), keep=tuple(keep) if keep is not None else None, mtp=selection.get("mtp"),
         force=bool(selection.get("force", False)), mode=mode, out=Path(output) if output is not None else None,
         serve={k: v for k, v in serve.items() if v is not None}, max_shard_bytes=shard_bytes, hash_name=hash_name,
         repo=options.get("repo") if isinstance(options.get("repo"), str) else None,

@@ -15,7 +15,7 @@ def plan_to_json(plan: TrimPlan, *, with_tensors: bool = False, serve: BudgetInp
     inv = plan.inventory
     doc = {
         "schema": SCHEMA,
-        "source": str(inv.source.root),
+        "source": inv.source.origin or str(inv.source.root),
         "model": {
             "name": inv.model_name,
             "model_type": inv.source.model_type,

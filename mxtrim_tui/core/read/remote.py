@@ -39,13 +39,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import InputError
+from .source import MIRROR_RECORD
 
 HF = re.compile(r"^hf://([A-Za-z0-9][\w.-]*/[\w.-]+)(?:@([\w./-]+))?$")
 # files read whole: what an inventory and a dummy output need (never weights)
 SMALL_SUFFIXES = (".json", ".txt", ".model", ".jinja", ".tiktoken", ".py", ".md", ".yaml", ".yml")
 SMALL_LIMIT = 64 * 2**20  # bytes: a larger "small" file (a huge tokenizer.json) is still read, up to this
 HEADER_LIMIT = 100 * 2**20  # a safetensors header longer than this is refused (the format's readers cap it too)
-MIRROR_RECORD = ".mxtrim-remote.json"
 IN_FLIGHT = 8  # range requests at once (a release of 163 shards is 326 requests)
 
 
@@ -143,14 +143,41 @@ class HfRepo:
 
     def read(self, path: str, start: int, length: int) -> bytes:
         """``length`` bytes of ``path`` from ``start``, by one range request, checked."""
+        pieces: list[bytes] = []
+        self._ranged(path, start, length, pieces.append)
+        return b"".join(pieces)
+
+    def read_into(self, path: str, start: int, length: int, fd: int, stop: threading.Event | None = None) -> None:
+        """``length`` bytes of ``path`` from ``start``, written at the same offset of the open
+        file ``fd`` as they arrive (one range request, checked; nothing is held in memory).
+        ``stop`` set meanwhile abandons the answer."""
+        pos = start
+
+        def sink(chunk: bytes) -> None:
+            nonlocal pos
+            if stop is not None and stop.is_set():
+                raise RemoteError(f"{self.ref}: {path}: stopped")
+            view = memoryview(chunk)
+            while view:
+                n = os.pwrite(fd, view, pos)
+                pos += n
+                view = view[n:]
+
+        self._ranged(path, start, length, sink)
+
+    def _ranged(self, path: str, start: int, length: int, sink) -> None:
+        """One range request for bytes ``start`` .. ``start + length - 1`` of ``path``, each
+        chunk handed to ``sink`` as it arrives. Refused: an answer that ignores the range (200),
+        any other status, a Content-Range for other bytes, fewer or more bytes than asked."""
         from huggingface_hub import get_session, hf_hub_url
         from huggingface_hub.utils import build_hf_headers
 
         if length <= 0:
-            return b""
+            return
         end = start + length - 1
         url = hf_hub_url(self.ref.repo, path, revision=self.commit, endpoint=self.endpoint)
         headers = {**build_hf_headers(token=self.token), "Range": f"bytes={start}-{end}", "Accept-Encoding": "identity"}
+        got = 0
         try:
             with get_session().stream("GET", url, headers=headers) as answer:
                 status = answer.status_code
@@ -163,22 +190,26 @@ class HfRepo:
                     raise RemoteError(f"{self.ref}: {path}: {self.endpoint} answered HTTP {status} to a range request "
                                       "(the source was not read)")
                 span = answer.headers.get("Content-Range", "")
-                body = b"".join(answer.iter_bytes())
+                m = re.match(r"bytes (\d+)-(\d+)/", span)
+                if not m or (int(m.group(1)), int(m.group(2))) != (start, end):
+                    raise RemoteError(f"{self.ref}: {path}: asked for bytes {start}-{end}, the answer says "
+                                      f"{span or 'nothing'} (Content-Range): refused")
+                for chunk in answer.iter_bytes():
+                    got += len(chunk)
+                    if got > length:
+                        break
+                    sink(chunk)
         except RemoteError:
             raise
         except Exception as exc:  # noqa: BLE001
             raise self._failed(exc, f"{path} could not be read") from None
-        m = re.match(r"bytes (\d+)-(\d+)/", span)
-        if not m or (int(m.group(1)), int(m.group(2))) != (start, end):
-            raise RemoteError(f"{self.ref}: {path}: asked for bytes {start}-{end}, the answer says {span or 'nothing'} "
-                              "(Content-Range): refused")
-        if len(body) != length:
-            raise RemoteError(f"{self.ref}: {path}: bytes {start}-{end} came truncated ({len(body)} of {length} bytes): "
-                              "read it again")
+        if got != length:
+            raise RemoteError(f"{self.ref}: {path}: bytes {start}-{end} came truncated ({got} of {length} bytes): "
+                              "read it again" if got < length else
+                              f"{self.ref}: {path}: bytes {start}-{end}: the answer ran past the range asked for: refused")
         with self._lock:
             self.bytes_read += length
             self.requests += 1
-        return body
 
 
 def cached_snapshot(ref: RemoteRef) -> Path | None:

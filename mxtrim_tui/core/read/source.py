@@ -122,6 +122,14 @@ class ModelSource:
     absent_shards: dict[str, AbsentShard] = field(default_factory=dict)
     index_total_size: int | None = None  # the index's metadata.total_size when an integer
     _all_headers: dict | None = field(default=None, repr=False)
+    # Where the files came from when the folder is a mirror of a remote repository
+    # (``hf://ORG/NAME@<commit>``: read/remote.py); None for a local model directory.
+    origin: str | None = None
+
+    @property
+    def shown(self) -> str:
+        """The source as a user names it: the remote repository at its commit, else the folder."""
+        return self.origin or str(self.root.resolve())
 
     @property
     def all_headers(self) -> dict[str, SafetensorsHeader]:
@@ -1122,4 +1130,20 @@ def _open_source(root: Path) -> ModelSource:
         _tensor_shard=tensor_shard,
         absent_shards=absent_shards,
         index_total_size=total_size,
+        origin=_remote_origin(root),
     )
+
+
+# Written by read/remote.py into a folder that mirrors a remote repository (hidden: never
+# listed as a source file, never copied to an output).
+MIRROR_RECORD = ".mxtrim-remote.json"
+
+
+def _remote_origin(root: Path) -> str | None:
+    """``hf://ORG/NAME@<commit>`` when ``root`` mirrors a remote repository, else None."""
+    try:
+        doc = json.loads((root / MIRROR_RECORD).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    source = doc.get("source") if isinstance(doc, dict) else None
+    return source if isinstance(source, str) and source.startswith(("hf://", "ms://")) else None

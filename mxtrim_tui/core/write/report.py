@@ -227,7 +227,7 @@ def _summary_section(add, plan: TrimPlan, mode: str, weights: dict | None) -> No
     add("")
     add("| | |")
     add("| --- | --- |")
-    add(f"| source | `{src.root.resolve()}` |")
+    add(f"| source | `{src.shown}` |")
     add(f"| source state | {src.state_detail} |")
     add(f"| architecture | {', '.join(src.architectures) or '—'} (`model_type` {src.model_type or '—'}; family {inv.family.display}) |")
     add(f"| mode | {title_mode} |")
@@ -253,7 +253,7 @@ def _summary_section(add, plan: TrimPlan, mode: str, weights: dict | None) -> No
             f"Real weights: every retained tensor's bytes were copied unchanged from its source range "
             f"({weights['copy_method']}; no dtype conversion, no tensor loaded whole) by `{weights['script']}`, which mxtrim "
             f"generated and ran. It is kept here and reproduces the shards byte for byte from the same source: "
-            f"`python -I {weights['script']} --source {shlex.quote(str(src.root.resolve()))} --out NEW_DIR`. "
+            f"{_rerun(src, weights['script'], weights.get('source_files') or sorted(src.shards))}. "
             f"It refuses a source whose shard headers changed. `{weights['manifest']}` lists every tensor's source "
             f"and output byte ranges with their {weights['integrity']['hash']} hashes."
         )
@@ -471,3 +471,14 @@ def _weights_sections(add, weights: dict) -> None:
         add(f"- {line}")
     if st.details:
         add("")
+
+
+def _rerun(src, script: str, shards: list[str]) -> str:
+    """How the kept extraction script is run again: on the source folder, or, for a remote
+    source (read by ranges into a store that is gone), on a download of its shards."""
+    if not src.origin:
+        return f"`python -I {script} --source {shlex.quote(str(src.root.resolve()))} --out NEW_DIR`"
+    repo, _, commit = src.origin.split("://", 1)[1].rpartition("@")
+    names = " ".join(shlex.quote(name) for name in shards)
+    return (f"download the shards it reads at the same commit (`hf download {repo} {names} --revision {commit} --local-dir SRC`; "
+            f"the script reads only the kept tensors' bytes), then `python -I {script} --source SRC --out NEW_DIR`")

@@ -641,7 +641,7 @@ def _write_reports(plan: TrimPlan, out: Path, tmp: Path, events, files: list[dic
     manifest = _manifest(plan, out, done, digests, integrity, result, rows)
     files.append(events.add(_write_manifest(tmp, manifest, hash_name)))
     weights_info = {"integrity": integrity, "structure": result, "copy_method": done.get("method"),
-                    "script": SCRIPT_NAME, "manifest": MANIFEST_NAME}
+                    "script": SCRIPT_NAME, "manifest": MANIFEST_NAME, "source_files": sorted(digests)}
     warnings = output_warnings(plan, out, [*files, {"path": README_NAME}])  # the README's and the result's
     readme = render_report(plan, out, "weights", files, not_copied, weights=weights_info, serve=serve, warnings=warnings)
     files.append(events.add(readme_entry(write_text(tmp / README_NAME, readme))))
@@ -783,7 +783,7 @@ def _manifest(plan: TrimPlan, out: Path, done: dict, digests: dict, integrity: d
     src = plan.inventory.source
     return {
         "schema": MANIFEST_SCHEMA,
-        "source": str(src.root.resolve()),
+        "source": src.shown,
         "output": str(out),
         "hash": integrity["hash"],
         "copy_method": done.get("method"),

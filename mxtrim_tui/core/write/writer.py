@@ -124,9 +124,11 @@ def check_name_lengths(out: Path, ancestor: Path) -> None:
 
 
 def check_writable(out: Path, ancestor: Path) -> None:
-    """Create and remove a hidden directory in ``ancestor``: the only sure test."""
+    """Create and remove a hidden directory in ``ancestor``: the only sure test (a signal
+    meanwhile waits until it is removed, so none is left behind)."""
     try:
-        os.rmdir(tempfile.mkdtemp(prefix=".mxtrim-probe-", dir=ancestor))
+        with interrupts.deferred():
+            os.rmdir(tempfile.mkdtemp(prefix=".mxtrim-probe-", dir=ancestor))
     except OSError as exc:
         raise OutputError(out, f"cannot write in {ancestor}: {exc.strerror or exc}") from None
 
