@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+import time
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -22,11 +23,13 @@ from urllib.parse import unquote, urlsplit
 
 class HubStandIn:
     def __init__(self, repos: dict[str, Path], commit: str = "0" * 39 + "1", ignore_range: bool = False,
-                 short_answers=False, gated: frozenset[str] = frozenset()):
+                 short_answers=False, gated: frozenset[str] = frozenset(), rate: float | None = None):
         # short_answers: a ranged answer one byte short of its Content-Range (a cut-off proxy);
         # True for every answer, or a test of (file, start, end) for some
         self.repos, self.commit, self.ignore_range, self.short_answers = repos, commit, ignore_range, short_answers
         self.gated = gated  # repositories that need their terms accepted (403, X-Error-Code: GatedRepo)
+        # rate: bytes per second for all answers together (a link of that speed), None: as fast as loopback
+        self.rate, self._sent_at, self._rate_lock = rate, 0.0, threading.Lock()
         self.served: Counter = Counter()  # file path -> body bytes sent
         self.ranges: list[tuple[str, int, int]] = []  # (file, start, end exclusive) of every ranged answer sent
         self.old_commits: set[str] = set()  # earlier commits still served by their hash (main moved on)
@@ -42,6 +45,17 @@ class HubStandIn:
     def __exit__(self, *exc) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+    def _pace(self, n: int) -> None:
+        """Hold an answer's next ``n`` bytes until the link (``rate``) has room for them."""
+        if not self.rate:
+            return
+        with self._rate_lock:
+            now = time.monotonic()
+            self._sent_at = max(self._sent_at, now) + n / self.rate
+            wait = self._sent_at - now
+        if wait > 0:
+            time.sleep(wait)
 
     def files(self, repo: str) -> list[Path]:
         root = self.repos[repo]
@@ -118,29 +132,40 @@ class HubStandIn:
                 file = hub.repos[repo] / name
                 if not file.is_file():
                     return self._missing("EntryNotFound")
-                data = file.read_bytes()
+                size = file.stat().st_size
                 wanted = self.headers.get("Range")
-                status, body, span = 200, data, None
+                status, begin, count, span = 200, 0, size, None
                 if wanted and not hub.ignore_range:
                     first, _, last = wanted.removeprefix("bytes=").partition("-")
-                    start, end = int(first), min(int(last) if last else len(data) - 1, len(data) - 1)
-                    status, body, span = 206, data[start:end + 1], f"bytes {start}-{end}/{len(data)}"
+                    start, end = int(first), min(int(last) if last else size - 1, size - 1)
+                    status, begin, count, span = 206, start, end + 1 - start, f"bytes {start}-{end}/{size}"
                     if hub.short_answers is True or (callable(hub.short_answers) and hub.short_answers(name, start, end)):
-                        body = body[:-1]
+                        count -= 1
                 self.send_response(status)
                 self.send_header("X-Repo-Commit", hub.commit)
-                self.send_header("ETag", f'"{hashlib.sha256(data).hexdigest()}"')
+                # a file's identity, cheap for a sparse file of hundreds of GB (its content is not hashed)
+                stat = file.stat()
+                self.send_header("ETag", f'"{hashlib.sha256(f"{name}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()}"')
                 self.send_header("Accept-Ranges", "none" if hub.ignore_range else "bytes")
-                self.send_header("Content-Length", str(len(body)))
+                self.send_header("Content-Length", str(count))
                 if span:
                     self.send_header("Content-Range", span)
                 self.end_headers()
                 if not head:
+                    sent = 0
                     try:
-                        self.wfile.write(body)
+                        with open(file, "rb") as fh:  # read as it is sent: whole shards are never held in memory
+                            fh.seek(begin)
+                            while sent < count:
+                                chunk = fh.read(min(2**20, count - sent))
+                                if not chunk:
+                                    break
+                                hub._pace(len(chunk))
+                                self.wfile.write(chunk)
+                                sent += len(chunk)
                     except (BrokenPipeError, ConnectionResetError):  # the client stopped reading
                         pass
-                    hub.served[name] += len(body)
+                    hub.served[name] += sent
                     if span:
                         hub.ranges.append((name, start, end + 1))
 

@@ -63,8 +63,11 @@ def test_a_real_weight_trim_fetches_the_kept_ranges_only_and_writes_the_local_tr
     assert r.returncode == 0, r.stderr
     out = tmp_path / "remote"
     with HubStandIn({REPO: checkpoint}) as hub:
-        r = run_cli("trim", f"hf://{REPO}", "--keep", "0", "--mode", "weights", "--out", str(out), "--json", env=env_for(hub))
+        cache = tmp_path / "hf-home"  # huggingface_hub's cache: never written by a trim
+        r = run_cli("trim", f"hf://{REPO}", "--keep", "0", "--mode", "weights", "--out", str(out), "--json",
+                    env=env_for(hub) | {"HF_HOME": str(cache), "HF_HUB_CACHE": str(cache / "hub")})
         served, ranges = dict(hub.served), list(hub.ranges)
+    assert not cache.exists()
     assert r.returncode == 0, r.stderr
     source = f"hf://{REPO}@{hub.commit}"
     # what was read: the small files whole, each shard's header, and exactly the kept tensors' bytes
@@ -90,7 +93,7 @@ def test_a_real_weight_trim_fetches_the_kept_ranges_only_and_writes_the_local_tr
     assert f"| source | `{source}` |" in readme and f"hf download {REPO} " in readme and f"--revision {hub.commit}" in readme
     assert json.loads((out / "mxtrim-plan.json").read_text())["source"] == source
     # the store is gone; nothing else beside the output
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["local", "remote"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["local", "remote"]  # no store, no cache
 
 
 def test_a_dummy_trim_reads_headers_and_small_files_and_a_plan_file_pins_the_commit(checkpoint, tmp_path):
