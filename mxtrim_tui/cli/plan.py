@@ -30,7 +30,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from .remote_source import RemoteSources
+    from ..core.write.remote_source import RemoteSources
 
     remote = RemoteSources()  # a remote source is read into a temporary folder, removed at the end
     try:

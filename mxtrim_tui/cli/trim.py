@@ -50,7 +50,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from .remote_source import RemoteSources
+    from ..core.write.remote_source import RemoteSources
 
     # a remote source is held in a store beside the output: removed once the output is written,
     # kept to resume from when a real-weight trim fails with kept tensor bytes fetched

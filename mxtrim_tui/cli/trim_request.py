@@ -47,7 +47,7 @@ def _serve_raw(args) -> dict[str, str]:
 def trim_request(args, remote=None):
     """What the command is asked to plan or write: its flags, or (trim --plan) the plan file,
     whose source must be the one it was made for. A remote source (``hf://…``) is read into
-    a local folder by ``remote`` (cli/remote_source.py), which the request then names."""
+    a local folder by ``remote`` (core/write/remote_source.py), which the request then names."""
     from ..core.checks.judge import set_runtime_python
     from ..core.plan.plan_file import TrimRequest, load_plan_document, refuse_changed_source
 

@@ -133,7 +133,7 @@ class MxtrimApp(App):
 
     def __init__(
         self,
-        source: Path | None = None,
+        source: Path | str | None = None,
         *,
         tree_root: Path | None = None,
         gpu_probe=probe_gpus,
@@ -147,6 +147,10 @@ class MxtrimApp(App):
         self.state = WizardState()
         if workspace is not None:
             self.state.workspace = workspace
+        from ..core.write.remote_source import RemoteSources
+
+        # remote sources (hf://…) read into temporary folders, removed when the wizard ends
+        self._remote_sources = RemoteSources(say=None)
         self.initial_source = source
         self.tree_root = tree_root
         self.gpu_probe = gpu_probe
@@ -326,9 +330,10 @@ class MxtrimApp(App):
             sel.replan()
 
     # --- loading a source (thread worker) --------------------------------------------------
-    def load_source(self, path: Path, chosen: tuple | None = None) -> None:
-        """Read ``path``; ``chosen`` = (keep per submodel, MTP, mode) to plan it with (an
-        output's plan, `u` in the workspace dialog), else the automatic selection."""
+    def load_source(self, path: Path | str, chosen: tuple | None = None) -> None:
+        """Read ``path`` (a folder, or ``hf://ORG/NAME[@REVISION]`` as text); ``chosen`` = (keep
+        per submodel, MTP, mode) to plan it with (an output's plan, `u` in the workspace
+        dialog), else the automatic selection."""
         screen = self.get_screen("source")
         screen.show_loading(path)
         self._load(path, chosen)
@@ -340,6 +345,8 @@ class MxtrimApp(App):
 
         from ..core.plan.build import Selection, build_plan
 
+        if isinstance(path, str):  # a remote source: its headers and small files, by range requests
+            path = self._remote_sources.local(path)
         inv = build_inventory(open_source(path))
         keep, mtp, mode = chosen or ({}, None, None)
         # a plan straight away: every later step has one to show (checked against transformers
@@ -374,7 +381,8 @@ class MxtrimApp(App):
             path, inv, plan, (keep, mtp, mode) = worker.result
             self.state = WizardState(source_path=path, inventory=inv, plan=plan, workspace=self.state.workspace,
                                      keep=keep, mtp=mtp, mode=mode or "dummy")
-            remember_source(path.resolve())
+            # a remote source is remembered as its repository at the commit read
+            remember_source(inv.source.origin or path.resolve())
             # every step names the model it works on (the header); no toast over the workspace list
             self.sub_title = f"model: {inv.model_name}"
             self.get_screen("source").refresh_view()
@@ -493,6 +501,7 @@ class MxtrimApp(App):
 
     def _quit_now(self) -> None:
         self._kill_children()
+        self._remote_sources.close(written=False)  # the remote sources' temporary folders
         self.exit()
 
 
@@ -502,7 +511,12 @@ def run_app(source: str | None = None) -> int:
 
         path = ensure_demo_model()
     else:
-        path = Path(source)
+        from ..core.read.remote import parse_remote
+
+        path = source if parse_remote(source) else Path(source)  # hf://… stays text: read by the wizard
     app = MxtrimApp(path, handle_signals=True)
-    app.run(headless=bool(os.environ.get("MXTRIM_HEADLESS")))
+    try:
+        app.run(headless=bool(os.environ.get("MXTRIM_HEADLESS")))
+    finally:
+        app._remote_sources.close(written=False)
     return app.return_code or 0

@@ -12,13 +12,14 @@ from ..core.user_settings import config_dir
 def load_recent(limit: int = 8) -> list[str]:
     try:
         items = json.loads((config_dir() / "recent.json").read_text())
-        # sources that were moved or deleted since are not offered again
-        return [str(i) for i in items if isinstance(i, str) and Path(i).is_dir()][:limit]
+        # sources that were moved or deleted since are not offered again; a remote repository
+        # (hf://ORG/NAME@<commit>) is offered as it was read
+        return [str(i) for i in items if isinstance(i, str) and (i.startswith("hf://") or Path(i).is_dir())][:limit]
     except (OSError, ValueError, RecursionError):
         return []
 
 
-def remember_source(path: Path, limit: int = 8) -> None:
+def remember_source(path: Path | str, limit: int = 8) -> None:
     items = [str(path)] + [p for p in load_recent(limit) if p != str(path)]
     try:
         config_dir().mkdir(parents=True, exist_ok=True)

@@ -62,6 +62,10 @@ class PathInput(Input):
 def recent_label(path: str) -> Text:
     """A recent source as one line: the model's name first, then where it lives (cut, not
     wrapped, when the pane is narrow)."""
+    if "://" in path:  # a remote repository: NAME, then where (hf://ORG/NAME@<commit>)
+        text = Text(path.split("://", 1)[1].split("@")[0].rsplit("/", 1)[-1], style="bold", no_wrap=True, overflow="ellipsis")
+        text.append(f"  {path}", style="dim")
+        return text
     p = Path(path)
     text = Text(p.name or path, style="bold", no_wrap=True, overflow="ellipsis")
     text.append(f"  {p.parent}", style="dim")
@@ -202,7 +206,7 @@ class SourceScreen(WizardScreen):
             summary.update(Group(self._failure, shown) if self._failure is not None else shown)
             path = self.query_one("#path", Input)
             if not path.value:
-                path.value = str(st.source_path)
+                path.value = st.inventory.source.origin or str(st.source_path)
             if path.has_focus:
                 # a source is read: leave the text box, so that digits jump and ^n goes on
                 focus_now(self.query_one("#tree", ModelTree))
@@ -230,6 +234,11 @@ class SourceScreen(WizardScreen):
         ``chosen``, the layers, MTP and mode to plan it with."""
         if not value.strip():
             return None
+        from ...core.read.remote import parse_remote
+
+        if parse_remote(value):  # hf://ORG/NAME[@REVISION]: read by range requests
+            self.app.load_source(value.strip(), chosen)
+            return None
         path = Path(os.path.expanduser(value.strip()))
         self.app.load_source(path, chosen)
         return path
@@ -238,7 +247,7 @@ class SourceScreen(WizardScreen):
     def _recent(self, event: OptionList.OptionSelected) -> None:
         if event.option.id:
             self.query_one("#path", Input).value = event.option.id
-            self.app.load_source(Path(event.option.id))
+            self._read_typed(event.option.id)
 
     @on(DirectoryTree.DirectorySelected, "#tree")
     def _tree(self, event: DirectoryTree.DirectorySelected) -> None:

@@ -1,10 +1,11 @@
-"""A remote source (``hf://ORG/NAME[@REVISION]``) as `plan` and `trim` read it: held on local
-disk while the command runs (core/read/remote_store.py), said on stderr, let go after.
+"""A remote source (``hf://ORG/NAME[@REVISION]``) as `plan`, `trim` and the wizard read it: held
+on local disk while they run (read/remote_store.py), said as it happens, let go after.
 
-`plan` reads into a temporary folder, removed when it ends. `trim` reads into a hidden store
-beside its output, which a real-weight trim fills with the kept tensors' byte ranges before
-it copies them; the store is removed once the output is written, and kept when the trim fails
-or is interrupted with fetched bytes in it, so that the same command resumes there."""
+`plan` and the wizard read into a temporary folder, removed when they end. `trim` reads into a
+hidden store beside its output, which a real-weight trim fills with the kept tensors' byte
+ranges before it copies them; the store is removed once the output is written, and kept when
+the trim fails or is interrupted with fetched bytes in it, so that the same command resumes
+there."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ..core.units import human_bytes
+from ..units import human_bytes
 
 
 class RemoteSources:
@@ -21,8 +22,10 @@ class RemoteSources:
     giving the folder, as the output's is known only once the request is read); None: a
     temporary folder, removed at the end (`plan`)."""
 
-    def __init__(self, parent=None):
+    def __init__(self, parent=None, say=print):
         self._parent = parent
+        # what is read and fetched, said as it happens (stderr); None: nothing said (the wizard)
+        self._say = (lambda line: print(line, file=sys.stderr)) if say is print else (say or (lambda line: None))
         self._temp: Path | None = None
         self.repo = None
         self.store: Path | None = None
@@ -30,19 +33,18 @@ class RemoteSources:
 
     def local(self, text: str) -> Path | None:
         """The local folder that holds ``text``'s files (None: ``text`` is not remote)."""
-        from ..core.read.remote import HfRepo, parse_remote
-        from ..core.read.remote_store import open_store
+        from ..read.remote import HfRepo, parse_remote
+        from ..read.remote_store import open_store
 
         ref = parse_remote(str(text))
         if ref is None:
             return None
-        from ..core.read.remote import cached_snapshot, not_cached_offline, offline
-        from ..core.read.source import open_source
+        from ..read.remote import cached_snapshot, not_cached_offline, offline
+        from ..read.source import open_source
 
         cached = cached_snapshot(ref)  # offline first: a snapshot in huggingface_hub's cache is read there
         if cached is not None and (offline() or open_source(cached).state == "complete"):
-            print(f"hf://{ref.repo}@{cached.name}: read from huggingface_hub's cache ({cached}); nothing downloaded",
-                  file=sys.stderr)
+            self._say(f"hf://{ref.repo}@{cached.name}: read from huggingface_hub's cache ({cached}); nothing downloaded")
             return cached
         if offline():
             raise not_cached_offline(ref)
@@ -55,34 +57,34 @@ class RemoteSources:
         self.store, reused = open_store(self.repo, parent)
         source = f"hf://{ref.repo}@{self.repo.commit}"
         if reused:
-            print(f"{source}: resuming from {self.store} (left by an earlier run)", file=sys.stderr)
+            self._say(f"{source}: resuming from {self.store} (left by an earlier run)")
         else:
-            print(f"{source}: read {human_bytes(self.repo.bytes_read)} by {self.repo.requests} range requests (every "
-                  "shard's header, the small files)", file=sys.stderr)
+            self._say(f"{source}: read {human_bytes(self.repo.bytes_read)} by {self.repo.requests} range requests (every "
+                  "shard's header, the small files)")
         return self.store
 
     def fetch_kept(self, plan, max_shard_bytes: int) -> None:
         """A real-weight trim: the kept tensors' byte ranges into the store, before the copy."""
         if self.store is None:
             return
-        from ..core.plan.layout import build_extraction
-        from ..core.read.remote_store import fetch_ranges, kept_ranges
-        from ..core.write.writer import check_free_bytes, nearest_directory
+        from ..plan.layout import build_extraction
+        from ..read.remote_store import fetch_ranges, kept_ranges
+        from .writer import check_free_bytes, nearest_directory
 
         ranges = kept_ranges(build_extraction(plan, max_shard_bytes))
         wanted = sum(r.size for r in ranges)
-        from ..core.read.remote_store import fetched_pieces
+        from ..read.remote_store import fetched_pieces
 
         missing = sum(r.size for r in ranges if r.key() not in fetched_pieces(self.store))
         # the fetched ranges and the output are both on this file system
         check_free_bytes(self.store, nearest_directory(self.store), missing + wanted)
-        print(f"{plan.inventory.source.shown}: fetching the kept tensors: {human_bytes(missing)} by ranges"
+        self._say(f"{plan.inventory.source.shown}: fetching the kept tensors: {human_bytes(missing)} by ranges"
               + (f" ({human_bytes(wanted - missing)} already fetched)" if missing < wanted else "")
-              + f", of {human_bytes(plan.inventory.source.present_tensor_bytes)} of weights in the repository", file=sys.stderr)
+              + f", of {human_bytes(plan.inventory.source.present_tensor_bytes)} of weights in the repository")
         self.fetched = True
         report = fetch_ranges(self.repo, self.store, ranges)
-        print(f"{plan.inventory.source.shown}: fetched {human_bytes(report.fetched_bytes)} by {report.requests} range "
-              f"requests", file=sys.stderr)
+        self._say(f"{plan.inventory.source.shown}: fetched {human_bytes(report.fetched_bytes)} by {report.requests} range "
+              f"requests")
 
     def close(self, written: bool) -> None:
         """Let go of the source: a temporary folder always; a trim's store once its output is
@@ -92,11 +94,11 @@ class RemoteSources:
             return
         if self.store is None or not self.store.exists():
             return
-        from ..core.read.remote_store import fetched_bytes, remove_store
+        from ..read.remote_store import fetched_bytes, remove_store
 
         kept = fetched_bytes(self.store)
         if written or not kept:
             remove_store(self.store)
         else:
-            print(f"mxtrim: kept {human_bytes(kept)} of fetched tensor bytes in {self.store}: the same command resumes "
-                  "from there (remove it to start over)", file=sys.stderr)
+            self._say(f"mxtrim: kept {human_bytes(kept)} of fetched tensor bytes in {self.store}: the same command resumes "
+                  "from there (remove it to start over)")
