@@ -23,13 +23,17 @@ from urllib.parse import unquote, urlsplit
 
 class HubStandIn:
     def __init__(self, repos: dict[str, Path], commit: str = "0" * 39 + "1", ignore_range: bool = False,
-                 short_answers=False, gated: frozenset[str] = frozenset(), rate: float | None = None):
+                 short_answers=False, gated: frozenset[str] = frozenset(), rate: float | None = None,
+                 redirect: bool = False):
         # short_answers: a ranged answer one byte short of its Content-Range (a cut-off proxy);
         # True for every answer, or a test of (file, start, end) for some
         self.repos, self.commit, self.ignore_range, self.short_answers = repos, commit, ignore_range, short_answers
         self.gated = gated  # repositories that need their terms accepted (403, X-Error-Code: GatedRepo)
         # rate: bytes per second for all answers together (a link of that speed), None: as fast as loopback
         self.rate, self._sent_at, self._rate_lock = rate, 0.0, threading.Lock()
+        # redirect: a shard's GET answered 302 to another address serving its bytes (the Hub's
+        # large files, ModelScope's object storage); counted in ``redirects``
+        self.redirect, self.redirects = redirect, 0
         self.served: Counter = Counter()  # file path -> body bytes sent
         self.ranges: list[tuple[str, int, int]] = []  # (file, start, end exclusive) of every ranged answer sent
         self.old_commits: set[str] = set()  # earlier commits still served by their hash (main moved on)
@@ -102,6 +106,8 @@ class HubStandIn:
             def do_GET(self) -> None:
                 path = unquote(urlsplit(self.path).path).strip("/")
                 parts = path.split("/")
+                if parts[0] == "cdn":
+                    return self._cdn()
                 if parts[:2] == ["api", "models"]:
                     repo, rest = self._repo_and_rest(parts[2:])
                     if repo is None:
@@ -132,6 +138,26 @@ class HubStandIn:
                 file = hub.repos[repo] / name
                 if not file.is_file():
                     return self._missing("EntryNotFound")
+                if hub.redirect and name.endswith(".safetensors") and not head:
+                    # as the Hub answers for a large file: a redirect to where its bytes are served
+                    return self._redirect(f"/cdn/{repo}/{rest[1]}/{name}")
+                self._send_file(file, name, head)
+
+            def _redirect(self, where: str) -> None:
+                self.send_response(302)
+                self.send_header("Location", hub.endpoint + where)
+                self.send_header("X-Repo-Commit", hub.commit)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                hub.redirects += 1
+
+            def _cdn(self) -> None:
+                """Where a redirect points: ``/cdn/ORG/NAME/REVISION/FILE``, ranges served as by resolve."""
+                parts = unquote(urlsplit(self.path).path).strip("/").split("/")
+                repo, name = "/".join(parts[1:3]), "/".join(parts[4:])
+                self._send_file(hub.repos[repo] / name, name, head=False)
+
+            def _send_file(self, file, name: str, head: bool) -> None:
                 size = file.stat().st_size
                 wanted = self.headers.get("Range")
                 status, begin, count, span = 200, 0, size, None

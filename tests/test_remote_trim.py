@@ -62,12 +62,12 @@ def test_a_real_weight_trim_fetches_the_kept_ranges_only_and_writes_the_local_tr
     r = run_cli("trim", str(checkpoint), "--keep", "0", "--mode", "weights", "--out", str(local))
     assert r.returncode == 0, r.stderr
     out = tmp_path / "remote"
-    with HubStandIn({REPO: checkpoint}) as hub:
+    with HubStandIn({REPO: checkpoint}, redirect=True) as hub:  # shards served from where the Hub redirects
         cache = tmp_path / "hf-home"  # huggingface_hub's cache: never written by a trim
         r = run_cli("trim", f"hf://{REPO}", "--keep", "0", "--mode", "weights", "--out", str(out), "--json",
                     env=env_for(hub) | {"HF_HOME": str(cache), "HF_HUB_CACHE": str(cache / "hub")})
         served, ranges = dict(hub.served), list(hub.ranges)
-    assert not cache.exists()
+    assert not cache.exists() and hub.redirects >= len(list(checkpoint.glob("*.safetensors")))
     assert r.returncode == 0, r.stderr
     source = f"hf://{REPO}@{hub.commit}"
     # what was read: the small files whole, each shard's header, and exactly the kept tensors' bytes

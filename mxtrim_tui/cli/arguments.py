@@ -51,7 +51,8 @@ def validation_args(sp) -> None:
 def selection_args(sp) -> None:
     """SRC, the selection and the serve settings: what `plan` and `trim` share."""
     sp.add_argument("source", metavar="SRC", nargs="?",
-                    help="Hugging Face-layout model directory, or hf://ORG/NAME[@REVISION] (read by range requests: "
+                    help="Hugging Face-layout model directory, or hf://ORG/NAME[@REVISION] (the Hub, $HF_ENDPOINT) or "
+                    "ms://ORG/NAME[@REVISION] (ModelScope), read by range requests ("
                     "headers and small files; a real-weight trim then fetches only the kept tensors' bytes)")
     sp.add_argument(
         "--keep",

@@ -14,7 +14,7 @@ def load_recent(limit: int = 8) -> list[str]:
         items = json.loads((config_dir() / "recent.json").read_text())
         # sources that were moved or deleted since are not offered again; a remote repository
         # (hf://ORG/NAME@<commit>) is offered as it was read
-        return [str(i) for i in items if isinstance(i, str) and (i.startswith("hf://") or Path(i).is_dir())][:limit]
+        return [str(i) for i in items if isinstance(i, str) and (i.startswith(("hf://", "ms://")) or Path(i).is_dir())][:limit]
     except (OSError, ValueError, RecursionError):
         return []
 

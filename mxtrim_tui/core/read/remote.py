@@ -35,13 +35,15 @@ import struct
 import tempfile
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import InputError
 from .source import MIRROR_RECORD
 
-HF = re.compile(r"^hf://([A-Za-z0-9][\w.-]*/[\w.-]+)(?:@([\w./-]+))?$")
+REMOTE = re.compile(r"^(hf|ms)://([A-Za-z0-9][\w.-]*/[\w.-]+)(?:@([\w./-]+))?$")
+DEFAULT_REVISION = {"hf": "main", "ms": "master"}  # each hub's default branch
 # files read whole: what an inventory and a dummy output need (never weights)
 SMALL_SUFFIXES = (".json", ".txt", ".model", ".jinja", ".tiktoken", ".py", ".md", ".yaml", ".yml")
 SMALL_LIMIT = 64 * 2**20  # bytes: a larger "small" file (a huge tokenizer.json) is still read, up to this
@@ -60,17 +62,19 @@ class RemoteError(InputError):
 class RemoteRef:
     repo: str
     revision: str = "main"
+    scheme: str = "hf"  # hf: the Hugging Face Hub (or a mirror), ms: ModelScope
 
     def __str__(self) -> str:
-        return f"hf://{self.repo}@{self.revision}"
+        return f"{self.scheme}://{self.repo}@{self.revision}"
 
 
 def parse_remote(text: str) -> RemoteRef | None:
-    """``hf://ORG/NAME[@REVISION]`` as a reference (None: not a remote source)."""
-    m = HF.match(text.strip())
+    """``hf://ORG/NAME[@REVISION]`` or ``ms://ORG/NAME[@REVISION]`` as a reference (None: not a
+    remote source)."""
+    m = REMOTE.match(str(text).strip())
     if not m:
         return None
-    return RemoteRef(m.group(1), m.group(2) or "main")
+    return RemoteRef(m.group(2), m.group(3) or DEFAULT_REVISION[m.group(1)], m.group(1))
 
 
 @dataclass(frozen=True)
@@ -79,26 +83,134 @@ class RemoteFile:
     size: int
 
 
-@dataclass
-class HfRepo:
-    """One repository at one commit, through huggingface_hub; counts what it reads."""
-    ref: RemoteRef
-    endpoint: str | None = None  # None: $HF_ENDPOINT, else the Hub
-    token: str | None = None  # None: huggingface_hub's own (HF_TOKEN, the token file)
-    bytes_read: int = 0
-    requests: int = 0
-    _commit: str | None = field(default=None, repr=False)
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+class RangedRepo:
+    """One repository at one commit, read by checked range requests; counts what it reads.
+    A hub's client (a subclass) pins the revision to a commit, lists the files and opens a
+    ranged answer; everything else is shared."""
 
-    def __post_init__(self) -> None:
+    def __init__(self, ref: RemoteRef, endpoint: str | None = None, token: str | None = None):
+        self.ref, self.token = ref, token
+        self.endpoint = endpoint
+        self.bytes_read = 0
+        self.requests = 0
+        self._commit: str | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def source(self) -> str:
+        """``SCHEME://ORG/NAME@<commit>``: the repository as read, pinned."""
+        return f"{self.ref.scheme}://{self.ref.repo}@{self.commit}"
+
+    @property
+    def commit(self) -> str:
+        raise NotImplementedError
+
+    def files(self) -> list["RemoteFile"]:
+        raise NotImplementedError
+
+    def _stream(self, path: str, headers: dict):
+        """A context manager giving (status, headers, iterator of body chunks) of one GET."""
+        raise NotImplementedError
+
+    def _auth_headers(self) -> dict:
+        return {}
+
+    def _failed(self, exc: Exception, what: str) -> "RemoteError":
+        raise NotImplementedError
+
+
+
+    def read(self, path: str, start: int, length: int) -> bytes:
+        """``length`` bytes of ``path`` from ``start``, by one range request, checked."""
+        pieces: list[bytes] = []
+        self._ranged(path, start, length, pieces.append)
+        return b"".join(pieces)
+
+    def read_into(self, path: str, start: int, length: int, fd: int, stop: threading.Event | None = None) -> None:
+        """``length`` bytes of ``path`` from ``start``, written at the same offset of the open
+        file ``fd`` as they arrive (one range request, checked; nothing is held in memory).
+        ``stop`` set meanwhile abandons the answer."""
+        pos = start
+
+        def sink(chunk: bytes) -> None:
+            nonlocal pos
+            if stop is not None and stop.is_set():
+                raise RemoteError(f"{self.ref}: {path}: stopped")
+            view = memoryview(chunk)
+            while view:
+                n = os.pwrite(fd, view, pos)
+                pos += n
+                view = view[n:]
+
+        self._ranged(path, start, length, sink)
+
+    def _ranged(self, path: str, start: int, length: int, sink) -> None:
+        """One range request for bytes ``start`` .. ``start + length - 1`` of ``path``, each
+        chunk handed to ``sink`` as it arrives. Refused: an answer that ignores the range (200),
+        any other status, a Content-Range for other bytes, fewer or more bytes than asked."""
+        if length <= 0:
+            return
+        end = start + length - 1
+        headers = {**self._auth_headers(), "Range": f"bytes={start}-{end}", "Accept-Encoding": "identity"}
+        got = 0
+        try:
+            with self._stream(path, headers) as (status, answer_headers, chunks):
+                if status == 200:  # the whole file is coming: stop before reading it
+                    raise RemoteError(
+                        f"{self.ref}: {path}: {self.endpoint} ignored the byte range asked for (it answered with the "
+                        "whole file): mxtrim reads shards by ranges and does not download them whole; use a mirror "
+                        "that serves Range requests (the Hub does), or download the files and give the folder")
+                if status != 206:
+                    raise RemoteError(f"{self.ref}: {path}: {self.endpoint} answered HTTP {status} to a range request "
+                                      "(the source was not read)")
+                span = answer_headers.get("Content-Range", "")
+                m = re.match(r"bytes (\d+)-(\d+)/", span)
+                if not m or (int(m.group(1)), int(m.group(2))) != (start, end):
+                    raise RemoteError(f"{self.ref}: {path}: asked for bytes {start}-{end}, the answer says "
+                                      f"{span or 'nothing'} (Content-Range): refused")
+                for chunk in chunks:
+                    got += len(chunk)
+                    if got > length:
+                        break
+                    sink(chunk)
+        except RemoteError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            raise self._failed(exc, f"{path} could not be read") from None
+        if got != length:
+            raise RemoteError(f"{self.ref}: {path}: bytes {start}-{end} came truncated ({got} of {length} bytes): "
+                              "read it again" if got < length else
+                              f"{self.ref}: {path}: bytes {start}-{end}: the answer ran past the range asked for: refused")
+        with self._lock:
+            self.bytes_read += length
+            self.requests += 1
+
+
+class HfRepo(RangedRepo):
+    """A repository of the Hugging Face Hub (or a mirror: ``$HF_ENDPOINT``), through huggingface_hub."""
+
+    def __init__(self, ref: RemoteRef, endpoint: str | None = None, token: str | None = None):
         from huggingface_hub import constants
 
-        self.endpoint = (self.endpoint or os.environ.get("HF_ENDPOINT") or constants.ENDPOINT).rstrip("/")
+        super().__init__(ref, (endpoint or os.environ.get("HF_ENDPOINT") or constants.ENDPOINT).rstrip("/"), token)
 
     def _api(self):
         from huggingface_hub import HfApi
 
         return HfApi(endpoint=self.endpoint, token=self.token)
+
+    def _auth_headers(self) -> dict:
+        from huggingface_hub.utils import build_hf_headers
+
+        return build_hf_headers(token=self.token)
+
+    @contextmanager
+    def _stream(self, path: str, headers: dict):
+        from huggingface_hub import get_session, hf_hub_url
+
+        url = hf_hub_url(self.ref.repo, path, revision=self.commit, endpoint=self.endpoint)
+        with get_session().stream("GET", url, headers=headers) as answer:
+            yield answer.status_code, answer.headers, answer.iter_bytes()
 
     def _failed(self, exc: Exception, what: str) -> RemoteError:
         """huggingface_hub's exceptions in one sentence, with what to do."""
@@ -141,76 +253,6 @@ class HfRepo:
         return sorted((RemoteFile(e.path, int(e.size)) for e in entries if getattr(e, "size", None) is not None),
                       key=lambda f: f.path)
 
-    def read(self, path: str, start: int, length: int) -> bytes:
-        """``length`` bytes of ``path`` from ``start``, by one range request, checked."""
-        pieces: list[bytes] = []
-        self._ranged(path, start, length, pieces.append)
-        return b"".join(pieces)
-
-    def read_into(self, path: str, start: int, length: int, fd: int, stop: threading.Event | None = None) -> None:
-        """``length`` bytes of ``path`` from ``start``, written at the same offset of the open
-        file ``fd`` as they arrive (one range request, checked; nothing is held in memory).
-        ``stop`` set meanwhile abandons the answer."""
-        pos = start
-
-        def sink(chunk: bytes) -> None:
-            nonlocal pos
-            if stop is not None and stop.is_set():
-                raise RemoteError(f"{self.ref}: {path}: stopped")
-            view = memoryview(chunk)
-            while view:
-                n = os.pwrite(fd, view, pos)
-                pos += n
-                view = view[n:]
-
-        self._ranged(path, start, length, sink)
-
-    def _ranged(self, path: str, start: int, length: int, sink) -> None:
-        """One range request for bytes ``start`` .. ``start + length - 1`` of ``path``, each
-        chunk handed to ``sink`` as it arrives. Refused: an answer that ignores the range (200),
-        any other status, a Content-Range for other bytes, fewer or more bytes than asked."""
-        from huggingface_hub import get_session, hf_hub_url
-        from huggingface_hub.utils import build_hf_headers
-
-        if length <= 0:
-            return
-        end = start + length - 1
-        url = hf_hub_url(self.ref.repo, path, revision=self.commit, endpoint=self.endpoint)
-        headers = {**build_hf_headers(token=self.token), "Range": f"bytes={start}-{end}", "Accept-Encoding": "identity"}
-        got = 0
-        try:
-            with get_session().stream("GET", url, headers=headers) as answer:
-                status = answer.status_code
-                if status == 200:  # the whole file is coming: stop before reading it
-                    raise RemoteError(
-                        f"{self.ref}: {path}: {self.endpoint} ignored the byte range asked for (it answered with the "
-                        "whole file): mxtrim reads shards by ranges and does not download them whole; use a mirror "
-                        "that serves Range requests (the Hub does), or download the files and give the folder")
-                if status != 206:
-                    raise RemoteError(f"{self.ref}: {path}: {self.endpoint} answered HTTP {status} to a range request "
-                                      "(the source was not read)")
-                span = answer.headers.get("Content-Range", "")
-                m = re.match(r"bytes (\d+)-(\d+)/", span)
-                if not m or (int(m.group(1)), int(m.group(2))) != (start, end):
-                    raise RemoteError(f"{self.ref}: {path}: asked for bytes {start}-{end}, the answer says "
-                                      f"{span or 'nothing'} (Content-Range): refused")
-                for chunk in answer.iter_bytes():
-                    got += len(chunk)
-                    if got > length:
-                        break
-                    sink(chunk)
-        except RemoteError:
-            raise
-        except Exception as exc:  # noqa: BLE001
-            raise self._failed(exc, f"{path} could not be read") from None
-        if got != length:
-            raise RemoteError(f"{self.ref}: {path}: bytes {start}-{end} came truncated ({got} of {length} bytes): "
-                              "read it again" if got < length else
-                              f"{self.ref}: {path}: bytes {start}-{end}: the answer ran past the range asked for: refused")
-        with self._lock:
-            self.bytes_read += length
-            self.requests += 1
-
 
 def cached_snapshot(ref: RemoteRef) -> Path | None:
     """The repository's snapshot at this revision in huggingface_hub's cache
@@ -238,7 +280,7 @@ def not_cached_offline(ref: RemoteRef) -> RemoteError:
                        "(hf download) and give its folder")
 
 
-def shard_header(repo: HfRepo, f: RemoteFile) -> bytes:
+def shard_header(repo: RangedRepo, f: RemoteFile) -> bytes:
     """The first 8 + N bytes of a safetensors shard: its header's length and the header."""
     if f.size < 8:
         raise RemoteError(f"{repo.ref}: {f.path}: {f.size} bytes, too short for a safetensors file")
@@ -253,7 +295,7 @@ def shard_header(repo: HfRepo, f: RemoteFile) -> bytes:
 @dataclass
 class MirrorReport:
     folder: Path
-    source: str  # hf://ORG/NAME@<commit>
+    source: str  # SCHEME://ORG/NAME@<commit>
     bytes_read: int
     requests: int
     repository_bytes: int  # every file of the repository, whole
@@ -261,7 +303,7 @@ class MirrorReport:
     skipped: list[str]  # files neither read nor needed (other weights, large files)
 
 
-def header_mirror(repo: HfRepo, dest: Path) -> MirrorReport:
+def header_mirror(repo: RangedRepo, dest: Path) -> MirrorReport:
     """Write ``dest`` (which must not exist): the repository's small files, and its shards as
     sparse files holding only their headers. Written beside ``dest`` first and renamed into
     place only when complete: a failure leaves nothing."""
@@ -307,7 +349,7 @@ def header_mirror(repo: HfRepo, dest: Path) -> MirrorReport:
                 for pending in futures:  # nothing more starts after the first failure
                     pending.cancel()
                 raise
-        report = MirrorReport(dest, f"hf://{repo.ref.repo}@{repo.commit}", repo.bytes_read, repo.requests,
+        report = MirrorReport(dest, repo.source, repo.bytes_read, repo.requests,
                               sum(f.size for f in files), len(shards), skipped)
         record = {"schema": "mxtrim.remote-mirror/1", "source": report.source, "asked": str(repo.ref),
                   "endpoint": repo.endpoint, "bytes_read": report.bytes_read, "requests": report.requests,

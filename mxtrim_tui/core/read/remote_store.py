@@ -29,7 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from .remote import IN_FLIGHT, HfRepo, RemoteError, header_mirror
+from .remote import IN_FLIGHT, RangedRepo, RemoteError, header_mirror
 from .source import MIRROR_RECORD
 
 STORE_PREFIX = ".mxtrim-remote-"
@@ -80,13 +80,13 @@ def _record(folder: Path) -> dict:
         return {}
 
 
-def open_store(repo: HfRepo, parent: Path) -> tuple[Path, bool]:
+def open_store(repo: RangedRepo, parent: Path) -> tuple[Path, bool]:
     """The store of ``repo`` at its commit in ``parent``: the one an earlier run left (reused:
     True) or a new header mirror. Refused when a store of the same repository and revision
     holds another commit (the branch moved since that run)."""
     commit = repo.commit
     folder = parent / store_name(repo.ref.repo, commit)
-    if folder.is_dir() and _record(folder).get("source") == f"hf://{repo.ref.repo}@{commit}":
+    if folder.is_dir() and _record(folder).get("source") == repo.source:
         return folder, True
     if repo.ref.revision != commit and parent.is_dir():
         for other in sorted(parent.glob(f"{STORE_PREFIX}{repo.ref.repo.replace('/', '--')}@*")):
@@ -96,7 +96,7 @@ def open_store(repo: HfRepo, parent: Path) -> tuple[Path, bool]:
                 raise RemoteError(
                     f"{repo.ref}: the revision moved: it named commit {was} when an interrupted trim began "
                     f"({fetched_bytes(other):,} bytes of kept tensors fetched into {other}), it names {commit} now. "
-                    f"Finish that trim with hf://{repo.ref.repo}@{was}, or remove {other} to trim the new commit")
+                    f"Finish that trim with {repo.ref.scheme}://{repo.ref.repo}@{was}, or remove {other} to trim the new commit")
     parent.mkdir(parents=True, exist_ok=True)
     header_mirror(repo, folder)
     return folder, False
@@ -132,7 +132,7 @@ class FetchReport:
     pieces: int
 
 
-def fetch_ranges(repo: HfRepo, folder: Path, ranges: list[ByteRange], cancel: threading.Event | None = None,
+def fetch_ranges(repo: RangedRepo, folder: Path, ranges: list[ByteRange], cancel: threading.Event | None = None,
                  on_piece=None) -> FetchReport:
     """Fetch the pieces of ``ranges`` the store lacks into its sparse shards (``on_piece(done,
     total)`` after each). The first piece is fetched alone (a server that ignores Range is

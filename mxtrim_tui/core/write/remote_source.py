@@ -33,7 +33,8 @@ class RemoteSources:
 
     def local(self, text: str) -> Path | None:
         """The local folder that holds ``text``'s files (None: ``text`` is not remote)."""
-        from ..read.remote import HfRepo, parse_remote
+        from ..read.remote import parse_remote
+        from ..read.remote_hubs import open_repo
         from ..read.remote_store import open_store
 
         ref = parse_remote(str(text))
@@ -42,20 +43,21 @@ class RemoteSources:
         from ..read.remote import cached_snapshot, not_cached_offline, offline
         from ..read.source import open_source
 
-        cached = cached_snapshot(ref)  # offline first: a snapshot in huggingface_hub's cache is read there
-        if cached is not None and (offline() or open_source(cached).state == "complete"):
-            self._say(f"hf://{ref.repo}@{cached.name}: read from huggingface_hub's cache ({cached}); nothing downloaded")
-            return cached
-        if offline():
-            raise not_cached_offline(ref)
-        self.repo = HfRepo(ref)
+        if ref.scheme == "hf":  # offline first: a snapshot in huggingface_hub's cache is read there
+            cached = cached_snapshot(ref)
+            if cached is not None and (offline() or open_source(cached).state == "complete"):
+                self._say(f"hf://{ref.repo}@{cached.name}: read from huggingface_hub's cache ({cached}); nothing downloaded")
+                return cached
+            if offline():
+                raise not_cached_offline(ref)
+        self.repo = open_repo(ref)
         if self._parent is None:
             self._temp = Path(tempfile.mkdtemp(prefix="mxtrim-remote-"))
             parent = self._temp
         else:
             parent = Path(self._parent())
         self.store, reused = open_store(self.repo, parent)
-        source = f"hf://{ref.repo}@{self.repo.commit}"
+        source = self.repo.source
         if reused:
             self._say(f"{source}: resuming from {self.store} (left by an earlier run)")
         else:

@@ -478,7 +478,10 @@ def _rerun(src, script: str, shards: list[str]) -> str:
     source (read by ranges into a store that is gone), on a download of its shards."""
     if not src.origin:
         return f"`python -I {script} --source {shlex.quote(str(src.root.resolve()))} --out NEW_DIR`"
-    repo, _, commit = src.origin.split("://", 1)[1].rpartition("@")
+    scheme, rest = src.origin.split("://", 1)
+    repo, _, commit = rest.rpartition("@")
     names = " ".join(shlex.quote(name) for name in shards)
-    return (f"download the shards it reads at the same commit (`hf download {repo} {names} --revision {commit} --local-dir SRC`; "
+    download = (f"modelscope download --model {repo} {names} --revision {commit} --local_dir SRC" if scheme == "ms" else
+                f"hf download {repo} {names} --revision {commit} --local-dir SRC")
+    return (f"download the shards it reads at the same commit (`{download}`; "
             f"the script reads only the kept tensors' bytes), then `python -I {script} --source SRC --out NEW_DIR`")
