@@ -7,7 +7,10 @@ counted."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import struct
+import subprocess
 import sys
 
 import pytest
@@ -104,7 +107,15 @@ def test_a_real_weight_trim_from_modelscope_fetches_the_kept_ranges_and_equals_t
         r = run_cli("trim", f"ms://{REPO}", "--keep", "0", "--mode", "weights", "--out", str(out), "--json",
                     env={"MODELSCOPE_ENDPOINT": ms.endpoint})
         served = sum(ms.served.values())
+        # the kept extraction script, run again against ModelScope itself
+        rerun = subprocess.run([sys.executable, "-I", str(out / "extract_weights.py"), "--source", f"ms://{REPO}@{ms.commit}",
+                                "--out", str(tmp_path / "rerun")], capture_output=True, text=True,
+                               env={**os.environ, "MODELSCOPE_ENDPOINT": ms.endpoint})
     assert r.returncode == 0, r.stderr
+    assert rerun.returncode == 0, rerun.stderr
+    for shard in out.glob("*.safetensors"):
+        assert (tmp_path / "rerun" / shard.name).read_bytes() == shard.read_bytes()
+    shutil.rmtree(tmp_path / "rerun")
     source = f"ms://{REPO}@{ms.commit}"
     doc = json.loads(r.stdout)
     assert doc["source"] == source and doc["checks"]["integrity"]["hashes_matched"] == doc["checks"]["integrity"]["tensors"]

@@ -8,7 +8,11 @@ that moved meanwhile is refused."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import struct
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -67,7 +71,20 @@ def test_a_real_weight_trim_fetches_the_kept_ranges_only_and_writes_the_local_tr
         r = run_cli("trim", f"hf://{REPO}", "--keep", "0", "--mode", "weights", "--out", str(out), "--json",
                     env=env_for(hub) | {"HF_HOME": str(cache), "HF_HUB_CACHE": str(cache / "hub")})
         served, ranges = dict(hub.served), list(hub.ranges)
+        # the kept extraction script, run again against the repository itself: the same shards
+        hub.ranges.clear()
+        rerun = subprocess.run([sys.executable, "-I", str(out / "extract_weights.py"), "--source", f"hf://{REPO}@{hub.commit}",
+                                "--out", str(tmp_path / "rerun")], capture_output=True, text=True,
+                               env={**os.environ, "HF_ENDPOINT": hub.endpoint})
+        rerun_ranges = list(hub.ranges)
     assert not cache.exists() and hub.redirects >= len(list(checkpoint.glob("*.safetensors")))
+    assert rerun.returncode == 0, rerun.stderr
+    for shard in out.glob("*.safetensors"):
+        assert (tmp_path / "rerun" / shard.name).read_bytes() == shard.read_bytes()
+    pinned = {f for f, _, _ in kept_source_ranges(checkpoint, "0")}
+    assert sorted(r for r in rerun_ranges if r[1] > 0) == sorted(kept_source_ranges(checkpoint, "0"))  # the tensors' ranges
+    assert sorted(r for r in rerun_ranges if r[1] == 0) == sorted((f, 0, header_bytes(checkpoint / f)) for f in pinned)
+    shutil.rmtree(tmp_path / "rerun")
     assert r.returncode == 0, r.stderr
     source = f"hf://{REPO}@{hub.commit}"
     # what was read: the small files whole, each shard's header, and exactly the kept tensors' bytes

@@ -102,6 +102,12 @@ Output: {shards} shard(s){index_note}; {tensors} tensors, {nbytes} tensor bytes.
 
     python -I extract_weights.py --source SRC --out DIR [--progress] [--hash NAME] [--skip-digest-check]
 
+SRC is the source folder (the shards it reads are enough), or the repository itself at a
+commit: hf://ORG/NAME@COMMIT (the Hugging Face Hub, or $HF_ENDPOINT; token $HF_TOKEN) or
+ms://ORG/NAME@COMMIT (ModelScope, or $MODELSCOPE_ENDPOINT; token $MODELSCOPE_API_TOKEN). A
+repository is read by HTTP range requests: each pinned shard's header, then exactly the
+tensors' byte ranges, each answer checked (206, its Content-Range, the bytes asked for).
+
 -I (isolated mode) is the safest way to run it; without it the script still removes its
 own folder, which holds the model's *.py files, from the import path before importing
 anything, so a model file named json.py or argparse.py is never run in place of Python's.
@@ -136,9 +142,13 @@ import errno
 import hashlib
 import json
 import mmap
+import re
 import shutil
 import signal
 import time
+import urllib.error
+import urllib.parse
+import urllib.request
 
 '''
 
@@ -296,6 +306,79 @@ class Copier:
         return done
 
 
+class RemoteShards:
+    """The source as a repository at a commit (hf://ORG/NAME@COMMIT, ms://ORG/NAME@COMMIT):
+    every range read by one HTTP range request, checked before a byte of it is used."""
+
+    ENDPOINTS = {"hf": ("HF_ENDPOINT", "https://huggingface.co", "HF_TOKEN"),
+                 "ms": ("MODELSCOPE_ENDPOINT", "https://www.modelscope.cn", "MODELSCOPE_API_TOKEN")}
+
+    def __init__(self, source):
+        scheme, _, rest = source.partition("://")
+        repo, at, commit = rest.rpartition("@")
+        if scheme not in self.ENDPOINTS or not at or repo.count("/") != 1 or not commit:
+            raise Refusal(f"{source}: name the repository at a commit: hf://ORG/NAME@COMMIT or ms://ORG/NAME@COMMIT")
+        variable, default, token_variable = self.ENDPOINTS[scheme]
+        self.source, self.scheme, self.repo, self.commit = source, scheme, repo, commit
+        self.endpoint = os.environ.get(variable, default).rstrip("/")
+        token = os.environ.get(token_variable)
+        self.headers = {"Authorization": f"Bearer {token}"} if token else {}
+        if token and scheme == "ms":
+            self.headers["Cookie"] = f"m_session_id={token}"
+        self.opener = urllib.request.build_opener(_SameHostCredentials())
+        self.bytes = 0
+
+    def url(self, file):
+        if self.scheme == "hf":
+            return f"{self.endpoint}/{self.repo}/resolve/{self.commit}/{urllib.parse.quote(file)}"
+        return (f"{self.endpoint}/api/v1/models/{self.repo}/repo?Revision={urllib.parse.quote(self.commit)}"
+                f"&FilePath={urllib.parse.quote(file)}")
+
+    def read(self, file, offset, length, sink):
+        """Bytes offset .. offset + length - 1 of file, handed to sink as they arrive; returns
+        the file's size (from Content-Range)."""
+        end = offset + length - 1
+        request = urllib.request.Request(self.url(file), headers=dict(self.headers, Range=f"bytes={offset}-{end}",
+                                                                      **{"Accept-Encoding": "identity"}))
+        where = f"{self.source}: {file}"
+        try:
+            with self.opener.open(request, timeout=120) as answer:
+                if answer.status != 206:
+                    raise Refusal(f"{where}: the server answered {answer.status} to a range request (whole files are "
+                                  "not downloaded): use an endpoint that serves Range requests, or a local copy")
+                m = re.match(r"bytes (\d+)-(\d+)/(\d+)", answer.headers.get("Content-Range", ""))
+                if not m or (int(m.group(1)), int(m.group(2))) != (offset, end):
+                    raise Refusal(f"{where}: asked for bytes {offset}-{end}, the answer says "
+                                  f"{answer.headers.get('Content-Range') or 'nothing'} (Content-Range): refused")
+                got = 0
+                while got < length:
+                    chunk = answer.read(min(BUFFER, length - got))
+                    if not chunk:
+                        break
+                    sink(chunk)
+                    got += len(chunk)
+        except urllib.error.HTTPError as exc:
+            raise Refusal(f"{where}: HTTP {exc.code} ({exc.reason}): check the repository, the commit and the token") from None
+        except urllib.error.URLError as exc:
+            raise Refusal(f"{self.endpoint}: no answer ({exc.reason}): check the network, or the endpoint variable") from None
+        if got != length:
+            raise Refusal(f"{where}: bytes {offset}-{end} came truncated ({got} of {length}): run it again")
+        self.bytes += length
+        return int(m.group(3))
+
+
+class _SameHostCredentials(urllib.request.HTTPRedirectHandler):
+    """Follow redirects (a hub sends large files from elsewhere) with the range kept and the
+    credentials dropped when the host changes."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        new = super().redirect_request(req, fp, code, msg, headers, newurl)
+        if new is not None and urllib.parse.urlsplit(newurl).netloc != urllib.parse.urlsplit(req.full_url).netloc:
+            for name in ("Authorization", "Cookie"):
+                new.remove_header(name)
+        return new
+
+
 def write_all(fd, data):
     view = memoryview(data)
     while view:
@@ -311,6 +394,16 @@ def _pread_into(fd, view, offset):
 def check_source(source):
     """Refuse unless every shard this script reads has the pinned header and size (shards
     it does not read may be absent: a partial download is enough)."""
+    if isinstance(source, RemoteShards):
+        for rel, (digest, header_bytes, file_bytes) in SOURCE_SHARDS.items():
+            raw = bytearray()
+            size = source.read(rel, 0, header_bytes, raw.extend)
+            if hashlib.sha256(raw).hexdigest() != digest:
+                raise Refusal(f"{source.source}: {rel}: header differs from the one this script was made for: the "
+                              "repository at that commit is not the source it was made from")
+            if size != file_bytes:
+                raise Refusal(f"{source.source}: {rel}: file is {size} bytes, the pinned source shard is {file_bytes} bytes")
+        return
     if not os.path.isdir(source):
         raise Refusal(f"{source}: source directory not found")
     for rel, (digest, header_bytes, file_bytes) in SOURCE_SHARDS.items():
@@ -358,6 +451,63 @@ def check_digest(source, tensor, digests):
         )
 
 
+def copy_remote(source, shard, fd, progress, copier, hash_name, check_hash):
+    """The shard's tensors from a repository: tensors that lie back to back in one source shard
+    are read by one range request (of at most CHUNK bytes), each tensor's bytes hashed as they
+    pass. Returns the bytes written."""
+    tensors = shard["tensors"]
+    written = 0
+    i = 0
+    while i < len(tensors):
+        j = i + 1
+        while (j < len(tensors) and tensors[j][1] == tensors[i][1] and tensors[j][5] == tensors[j - 1][6]
+               and tensors[j][6] - tensors[i][5] <= CHUNK):
+            j += 1
+        run = tensors[i:j]
+        state = {"k": 0, "left": run[0][6] - run[0][5], "digest": None}
+
+        def start(k):
+            state["k"], state["left"] = k, run[k][6] - run[k][5]
+            state["digest"] = Digests(hash_name, check_hash) if hash_name or check_hash else None
+            progress.tensor(run[k][0], shard["file"], force=progress.done_tensors == 0)
+
+        def finish():
+            tensor, digest = run[state["k"]], state["digest"]
+            progress.done_tensors += 1
+            if check_hash:
+                check_digest(source.source, tensor, digest)
+            if hash_name:
+                progress.emit("digest", name=tensor[0], shard=shard["file"], hash=hash_name, digest=digest.hexdigest(hash_name))
+
+        def sink(chunk):
+            view = memoryview(chunk)
+            while view:
+                while state["left"] == 0:  # an empty tensor, or the last one just ended
+                    finish()
+                    start(state["k"] + 1)
+                piece = view[: state["left"]]
+                if state["digest"] is not None:
+                    state["digest"].update(piece)
+                write_all(fd, piece)
+                state["left"] -= len(piece)
+                progress.done_bytes += len(piece)
+                view = view[len(piece):]
+
+        start(0)
+        length = run[-1][6] - run[0][5]
+        if length:
+            source.read(run[0][1], run[0][5], length, sink)
+        while True:  # the run's last tensor (and any empty ones after the last byte)
+            finish()
+            if state["k"] + 1 >= len(run):
+                break
+            start(state["k"] + 1)
+        copier.bytes["range requests"] = copier.bytes.get("range requests", 0) + length
+        written += length
+        i = j
+    return written
+
+
 def write_output(source, tmp, progress, hash_name=None, check_digests=False):
     check_hash = TENSOR_DIGEST_HASH if check_digests else None
     copier = Copier(kernel=hash_name is None and check_hash is None)
@@ -374,7 +524,9 @@ def write_output(source, tmp, progress, hash_name=None, check_digests=False):
             try:
                 write_all(fd, len(header).to_bytes(8, "little") + header)
                 position = 8 + len(header)
-                for tensor in shard["tensors"]:
+                if isinstance(source, RemoteShards):
+                    position += copy_remote(source, shard, fd, progress, copier, hash_name, check_hash)
+                for tensor in () if isinstance(source, RemoteShards) else shard["tensors"]:
                     new_name, src_file, _src_name, _dtype, _shape, begin, end = tensor
                     if src_file not in sources:
                         sources[src_file] = os.open(os.path.join(source, src_file), os.O_RDONLY)
@@ -416,7 +568,8 @@ def write_output(source, tmp, progress, hash_name=None, check_digests=False):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog=PROG, description="Extract the trimmed checkpoint's shards from the source shards.")
-    parser.add_argument("--source", required=True, help="the source model directory")
+    parser.add_argument("--source", required=True,
+                        help="the source model directory, or the repository at a commit: hf://ORG/NAME@COMMIT, ms://ORG/NAME@COMMIT")
     parser.add_argument("--out", required=True, help="output directory (must not exist)")
     parser.add_argument("--progress", action="store_true", help="JSON-lines progress events on stderr")
     parser.add_argument("--hash", choices=("xxh3_128", "sha256"), help="hash every tensor while copying it (digest events)")
@@ -441,13 +594,14 @@ def main(argv=None):
             new_hash(args.hash)  # refuse a hash this Python cannot make before writing anything
         if check_digests:
             new_hash(TENSOR_DIGEST_HASH, f"checking the recorded {TENSOR_DIGEST_HASH} tensor digests (--skip-digest-check: do not)")
-        check_source(args.source)
+        source = RemoteShards(args.source) if args.source.startswith(("hf://", "ms://")) else args.source
+        check_source(source)
         if os.path.lexists(out):
             raise Refusal(f"{out}: already exists; refusing to overwrite (choose another --out)")
         os.makedirs(os.path.dirname(out), exist_ok=True)
         os.mkdir(tmp)
         try:
-            files, copier = write_output(args.source, tmp, progress, args.hash, check_digests)
+            files, copier = write_output(source, tmp, progress, args.hash, check_digests)
             if os.path.lexists(out):
                 raise Refusal(f"{out}: appeared while writing; not overwritten")
             os.rename(tmp, out)

@@ -475,7 +475,8 @@ def _weights_sections(add, weights: dict) -> None:
 
 def _rerun(src, script: str, shards: list[str]) -> str:
     """How the kept extraction script is run again: on the source folder, or, for a remote
-    source (read by ranges into a store that is gone), on a download of its shards."""
+    source (read by ranges into a store that is gone), on the repository itself or a
+    download of its shards."""
     if not src.origin:
         return f"`python -I {script} --source {shlex.quote(str(src.root.resolve()))} --out NEW_DIR`"
     scheme, rest = src.origin.split("://", 1)
@@ -483,5 +484,6 @@ def _rerun(src, script: str, shards: list[str]) -> str:
     names = " ".join(shlex.quote(name) for name in shards)
     download = (f"modelscope download --model {repo} {names} --revision {commit} --local_dir SRC" if scheme == "ms" else
                 f"hf download {repo} {names} --revision {commit} --local-dir SRC")
-    return (f"download the shards it reads at the same commit (`{download}`; "
-            f"the script reads only the kept tensors' bytes), then `python -I {script} --source SRC --out NEW_DIR`")
+    return (f"`python -I {script} --source {src.origin} --out NEW_DIR` reads the kept tensors' byte ranges from the "
+            f"repository itself (the endpoint and token variables of its hub apply), or, from a download of the shards it "
+            f"reads at that commit (`{download}`), `python -I {script} --source SRC --out NEW_DIR`")
