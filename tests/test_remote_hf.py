@@ -183,3 +183,14 @@ def test_a_repository_in_the_local_cache_is_read_there_and_offline_without_it_is
     r = run_cli("inspect", f"hf://{REPO}", env={**offline_env, "HF_HUB_CACHE": str(tmp_path / "empty")})
     assert r.returncode == 1 and r.stderr.startswith(f"mxtrim: error: hf://{REPO}@main: HF_HUB_OFFLINE is set"), r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_without_huggingface_hub_one_message_says_what_to_install(monkeypatch):
+    import sys
+
+    from mxtrim_tui.core.read.remote import cached_snapshot
+
+    monkeypatch.setitem(sys.modules, "huggingface_hub", None)
+    for call in (lambda: HfRepo(RemoteRef(REPO)), lambda: cached_snapshot(RemoteRef(REPO))):
+        with pytest.raises(RemoteError, match=r"hf:// sources need huggingface_hub.*pip install 'mxtrim-tui\[checks\]'"):
+            call()

@@ -58,6 +58,16 @@ class RemoteError(InputError):
         super().__init__(None, message)
 
 
+def _hub():
+    """huggingface_hub, or one line saying how to get it (it comes with transformers)."""
+    try:
+        import huggingface_hub
+    except ImportError:
+        raise RemoteError("hf:// sources need huggingface_hub, which comes with transformers: "
+                          "pip install 'mxtrim-tui[checks]' (or pip install huggingface_hub)") from None
+    return huggingface_hub
+
+
 @dataclass(frozen=True)
 class RemoteRef:
     repo: str
@@ -190,8 +200,7 @@ class HfRepo(RangedRepo):
     """A repository of the Hugging Face Hub (or a mirror: ``$HF_ENDPOINT``), through huggingface_hub."""
 
     def __init__(self, ref: RemoteRef, endpoint: str | None = None, token: str | None = None):
-        from huggingface_hub import constants
-
+        constants = _hub().constants
         super().__init__(ref, (endpoint or os.environ.get("HF_ENDPOINT") or constants.ENDPOINT).rstrip("/"), token)
 
     def _api(self):
@@ -257,7 +266,7 @@ class HfRepo(RangedRepo):
 def cached_snapshot(ref: RemoteRef) -> Path | None:
     """The repository's snapshot at this revision in huggingface_hub's cache
     (``$HF_HUB_CACHE``, ``$HF_HOME/hub``), named by its commit; None where it is not cached."""
-    from huggingface_hub import snapshot_download
+    snapshot_download = _hub().snapshot_download
 
     try:
         return Path(snapshot_download(ref.repo, revision=ref.revision, local_files_only=True))
@@ -267,7 +276,7 @@ def cached_snapshot(ref: RemoteRef) -> Path | None:
 
 def offline() -> bool:
     """huggingface_hub's offline mode (``HF_HUB_OFFLINE``, read when it is imported)."""
-    from huggingface_hub import constants
+    constants = _hub().constants
 
     return bool(constants.HF_HUB_OFFLINE)
 
