@@ -46,7 +46,8 @@ async def test_a_hub_repository_typed_in_the_source_step_is_read_by_ranges(tmp_p
             inv = app.state.inventory
             mirror = app.state.source_path
             assert inv.source.origin == source and inv.model_name == "tiny-llama" and len(inv.text.layers) == 4
-            assert "tiny-llama" in plain(app.screen.query_one("#summary"))
+            shown = plain(app.screen.query_one("#summary"))
+            assert "tiny-llama" in shown and source in shown and "read by range requests" in shown
             assert app.screen.query_one("#path", Input).value == f"hf://{REPO}"  # as typed
             # read by ranges: headers and small files only
             shards = list(checkpoint.glob("*.safetensors"))

@@ -91,6 +91,8 @@ def source_summary(inv) -> Table:
         ", ".join(f"{sm.name} {len(sm.layers)}" for sm in inv.submodels.values()) or "—",
     )
     listed, present = len(src.all_headers), len(src.shards)
+    if src.origin:  # a remote repository: where it was read, pinned to its commit
+        t.add_row("repository", Text(f"{src.origin} (read by range requests: headers and small files)"))
     t.add_row("source", Text(src.state_detail, style="" if src.state == COMPLETE else "yellow"))
     if src.absent_shards:
         shards = (f"{inv.total_tensors:,} tensors listed, total {shown_bytes(inv.total_bytes)} per the index; "
