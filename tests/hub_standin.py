@@ -196,3 +196,21 @@ class HubStandIn:
                         hub.ranges.append((name, start, end + 1))
 
         return Handler
+
+
+def sharded_llama(folder: Path) -> Path:
+    """The repository the remote-source tests serve: a Llama of four layers in several shards
+    (1 MiB each) with its index, tokenizer and config, written under ``folder``."""
+    from synth.checkpoint import write_checkpoint
+    from synth.layouts.llama import llama3
+
+    root = write_checkpoint(folder / "tiny-llama", llama3(num_layers=4, hidden_size=256, vocab_size=512), data="random",
+                            max_shard_bytes=2**20)
+    assert len(list(root.glob("*.safetensors"))) >= 3
+    return root
+
+
+def header_bytes(shard: Path) -> int:
+    """A safetensors file's 8 + N header bytes."""
+    with open(shard, "rb") as fh:
+        return 8 + int.from_bytes(fh.read(8), "little")

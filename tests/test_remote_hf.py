@@ -9,13 +9,11 @@ import struct
 
 import pytest
 
-from hub_standin import HubStandIn
+from hub_standin import HubStandIn, sharded_llama
 from mxtrim_tui.core.model.inventory import build_inventory
 from mxtrim_tui.core.model.inventory_json import inventory_to_json
 from mxtrim_tui.core.read.remote import MIRROR_RECORD, HfRepo, RemoteError, RemoteRef, header_mirror, parse_remote
 from mxtrim_tui.core.read.source import open_source
-from synth.checkpoint import write_checkpoint
-from synth.layouts.llama import llama3
 
 REPO = "org/tiny-llama"
 
@@ -30,11 +28,7 @@ def online(monkeypatch):
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
-    """A Llama of four layers in three shards with its index, tokenizer and config."""
-    root = write_checkpoint(tmp_path_factory.mktemp("hub") / "tiny-llama",
-                            llama3(num_layers=4, hidden_size=256, vocab_size=512), data="random", max_shard_bytes=2**20)
-    assert len(list(root.glob("*.safetensors"))) >= 3
-    return root
+    return sharded_llama(tmp_path_factory.mktemp("hub"))
 
 
 def tensors(src) -> dict:

@@ -9,13 +9,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import struct
 import subprocess
 import sys
 
 import pytest
 
 from engine_support import run_cli
+from hub_standin import header_bytes, sharded_llama
 from modelscope_standin import ModelScopeStandIn
 from mxtrim_tui.core.model.inventory import build_inventory
 from mxtrim_tui.core.model.inventory_json import inventory_to_json
@@ -23,22 +23,14 @@ from mxtrim_tui.core.read.remote import RemoteError, RemoteRef, header_mirror, p
 from mxtrim_tui.core.read.remote_hubs import open_repo
 from mxtrim_tui.core.read.remote_modelscope import MsRepo
 from mxtrim_tui.core.read.source import open_source
-from synth.checkpoint import write_checkpoint
-from synth.layouts.llama import llama3
 
 REPO = "org/tiny-llama"
 
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
-    root = write_checkpoint(tmp_path_factory.mktemp("ms") / "tiny-llama",
-                            llama3(num_layers=4, hidden_size=256, vocab_size=512), data="random", max_shard_bytes=2**20)
-    assert len(list(root.glob("*.safetensors"))) >= 3
-    return root
+    return sharded_llama(tmp_path_factory.mktemp("ms"))
 
-
-def header_bytes(shard) -> int:
-    return 8 + struct.unpack("<Q", shard.read_bytes()[:8])[0]
 
 
 def test_ms_references_default_to_master():

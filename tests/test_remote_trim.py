@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -18,12 +17,10 @@ from pathlib import Path
 import pytest
 
 from engine_support import run_cli
-from hub_standin import HubStandIn
+from hub_standin import HubStandIn, header_bytes, sharded_llama
 from mxtrim_tui.core.plan.layout import build_extraction
 from mxtrim_tui.core.read.remote_store import STORE_PREFIX, coalesce, kept_ranges
 from mxtrim_tui.core.units import DEFAULT_MAX_SHARD_BYTES
-from synth.checkpoint import write_checkpoint
-from synth.layouts.llama import llama3
 
 REPO = "org/tiny-llama"
 pytestmark = pytest.mark.slow  # whole trims through the CLI, with their transformers checks
@@ -31,15 +28,8 @@ pytestmark = pytest.mark.slow  # whole trims through the CLI, with their transfo
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
-    """A Llama of four layers in three shards with its index, tokenizer and config."""
-    root = write_checkpoint(tmp_path_factory.mktemp("hub") / "tiny-llama",
-                            llama3(num_layers=4, hidden_size=256, vocab_size=512), data="random", max_shard_bytes=2**20)
-    assert len(list(root.glob("*.safetensors"))) >= 3
-    return root
+    return sharded_llama(tmp_path_factory.mktemp("hub"))
 
-
-def header_bytes(shard: Path) -> int:
-    return 8 + struct.unpack("<Q", shard.read_bytes()[:8])[0]
 
 
 def small_files(root: Path) -> dict[str, int]:

@@ -11,9 +11,7 @@ from pathlib import Path
 import pytest
 from textual.widgets import Input
 
-from hub_standin import HubStandIn
-from synth.checkpoint import write_checkpoint
-from synth.layouts.llama import llama3
+from hub_standin import HubStandIn, sharded_llama
 from tui_support import make_app, plain, settle, wait_for
 
 REPO = "org/tiny-llama"
@@ -29,8 +27,7 @@ def online(monkeypatch):
 @pytest.mark.slow
 @pytest.mark.asyncio
 async def test_a_hub_repository_typed_in_the_source_step_is_read_by_ranges(tmp_path, monkeypatch):
-    checkpoint = write_checkpoint(tmp_path / "hub" / "tiny-llama", llama3(num_layers=4, hidden_size=256, vocab_size=512),
-                                  data="random", max_shard_bytes=2**20)
+    checkpoint = sharded_llama(tmp_path / "hub")
     with HubStandIn({REPO: checkpoint}) as hub:
         monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
         app, ws = make_app(tmp_path, None)
