@@ -3,7 +3,8 @@
 Drives the wizard on the bundled demo model through every screen at 100x30, saves Textual's
 SVG export of each, and converts it to PNG with cairosvg. ``1b-workspace`` is the first step
 again, on a workspace holding reduced models (an output `mxtrim trim` writes, and a hand-made
-one with a launch script).
+one with a launch script); ``1c-remote`` is the first step on a Hub repository typed as
+``hf://ORG/NAME`` (the demo served by the stand-in Hub of the tests).
 """
 
 from __future__ import annotations
@@ -101,6 +102,34 @@ async def capture_workspace(work: Path) -> Path:
     return path
 
 
+async def capture_remote(work: Path) -> Path:
+    """The first step on a Hub repository: the demo model served by the stand-in Hub
+    (tests/hub_standin.py) and typed as hf://ORG/NAME, read by range requests."""
+    from huggingface_hub import constants
+    from hub_standin import HubStandIn
+    from textual.widgets import Input
+
+    constants.HF_HUB_OFFLINE = False
+    with HubStandIn({"mxtrim/mxtrim-demo-moe": work / "models" / "mxtrim-demo-moe"}) as hub:
+        os.environ["HF_ENDPOINT"] = hub.endpoint
+        app = MxtrimApp(None, tree_root=work / "models", workspace=work / "ws-remote")
+        async with app.run_test(size=SIZE) as pilot:
+            await settle(app, pilot)
+            box = app.screen.query_one("#path", Input)
+            box.focus()
+            box.value = "hf://mxtrim/mxtrim-demo-moe"
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: app.state.inventory is not None)
+            await settle(app, pilot)
+            app.clear_notifications()
+            await pilot.pause(0.1)
+            path = HERE / "1c-remote.svg"
+            path.write_text(app.export_screenshot(title="mxtrim — 1c-remote"))
+            await pilot.press("ctrl+q")
+            await settle(app, pilot)
+    return path
+
+
 def main() -> None:
     import cairosvg
 
@@ -109,6 +138,8 @@ def main() -> None:
     try:
         shots = asyncio.run(capture(work))
         shots.insert(1, asyncio.run(capture_workspace(work)))
+        (work / "ws-remote").mkdir()
+        shots.insert(2, asyncio.run(capture_remote(work)))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     for svg in shots:
