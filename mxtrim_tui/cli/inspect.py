@@ -23,9 +23,8 @@ def run(args) -> int:
     from ..core.read.remote import parse_remote
     from ..core.read.source import open_source
 
-    ref = parse_remote(args.source)
-    if ref is not None:
-        return _inspect_remote(args, ref)
+    if parse_remote(args.source) is not None:
+        return _inspect_remote(args)
     _show(args, build_inventory(open_source(args.source)))
     return 0
 
@@ -48,33 +47,24 @@ def _show(args, inv, source: str | None = None, remote: dict | None = None) -> N
         render_inventory(inv, Console(), shown_as=source)
 
 
-def _inspect_remote(args, ref) -> int:
-    """``inspect hf://…`` (or ``ms://…``): the headers and small files read by ranges into a temporary mirror,
-    removed after; the inventory says the commit it was read at and the bytes read."""
-    import tempfile
-    from pathlib import Path
-
+def _inspect_remote(args) -> int:
+    """``inspect hf://…`` (or ``ms://…``): the headers and small files read by ranges into a
+    temporary mirror, removed after (or a complete snapshot of huggingface_hub's cache read
+    there); the inventory says the commit it was read at and the bytes read."""
     from ..core.model.inventory import build_inventory
-    from ..core.read.remote import cached_snapshot, header_mirror, not_cached_offline, offline
-    from ..core.read.remote_hubs import open_repo
     from ..core.read.source import open_source
-    from ..core.units import human_bytes
+    from ..core.write.remote_source import RemoteSources
 
-    cached = cached_snapshot(ref) if ref.scheme == "hf" else None
-    if cached is not None:
-        local = open_source(cached)
-        if offline() or local.state == "complete":
-            source = f"hf://{ref.repo}@{cached.name}"
-            print(f"{source}: read from huggingface_hub's cache ({cached}); nothing downloaded", file=sys.stderr)
-            _show(args, build_inventory(local), source, {"cache": str(cached), "bytes_read": 0, "requests": 0})
-            return 0
-    if ref.scheme == "hf" and offline():
-        raise not_cached_offline(ref)
-    with tempfile.TemporaryDirectory(prefix="mxtrim-remote-") as tmp:
-        report = header_mirror(open_repo(ref), Path(tmp) / ref.repo.rpartition("/")[2])
-        print(f"{report.source}: read {human_bytes(report.bytes_read)} by {report.requests} range requests (every "
-              f"shard's header, the small files) of a {human_bytes(report.repository_bytes)} repository", file=sys.stderr)
-        _show(args, build_inventory(open_source(report.folder)), report.source,
-              {"cache": None, "bytes_read": report.bytes_read, "requests": report.requests,
-               "repository_bytes": report.repository_bytes, "shards_header_only": report.shards})
+    remote = RemoteSources()
+    try:
+        inv = build_inventory(open_source(remote.local(args.source)))
+        if remote.cache is not None:
+            read = {"cache": str(remote.cache), "bytes_read": 0, "requests": 0}
+        else:
+            record = remote.record()
+            read = {"cache": None, "bytes_read": record["bytes_read"], "requests": record["requests"],
+                    "repository_bytes": record["repository_bytes"], "shards_header_only": record["shards_header_only"]}
+        _show(args, inv, remote.shown, read)
+    finally:
+        remote.close(written=False)
     return 0

@@ -54,7 +54,7 @@ def run(args) -> int:
 
     # a remote source is held in a store beside the output: removed once the output is written,
     # kept to resume from when a real-weight trim fails with kept tensor bytes fetched
-    remote = RemoteSources(parent=lambda: _output_parent(args))
+    remote = RemoteSources(beside_output=True, workspace=args.workspace)
     written = False
     try:
         code = _run(args, remote)
@@ -62,21 +62,6 @@ def run(args) -> int:
         return code
     finally:
         remote.close(written)
-
-
-def _output_parent(args) -> Path:
-    """The folder the output goes in, as known before the plan: ``--out``'s (or the plan
-    file's), else the workspace's models folder where the default output goes."""
-    from ..core.write.writer import DEFAULT_MODELS_DIR
-
-    out = args.out
-    if out is None and getattr(args, "plan", None) is not None:
-        from ..core.plan.plan_file import load_plan_document
-
-        out = load_plan_document(args.plan)[0].out
-    if out is not None:
-        return Path(os.path.abspath(out)).parent
-    return args.workspace.resolve() / DEFAULT_MODELS_DIR
 
 
 def _run(args, remote) -> int:

@@ -58,7 +58,7 @@ def trim_request(args, remote=None):
         if args.source is None:
             raise UsageError(f"mxtrim {args.command}: error: the source directory SRC is required" +
                              (" (or --plan FILE)" if args.command == "trim" else ""))
-        held = remote.local(args.source) if remote is not None else None
+        held = remote.local(args.source, args.out) if remote is not None else None
         return TrimRequest(
             # absolute, as a plan file records it: the output says the same whichever way it was asked
             source=held or Path(os.path.abspath(args.source)), keep=tuple(args.keep) if args.keep else None, mtp=args.mtp, force=args.force,
@@ -78,7 +78,7 @@ def trim_request(args, remote=None):
             raise InputError(plan_file, f"its source {request.source} is remote: give it to mxtrim trim --plan")
         from dataclasses import replace as _replace
 
-        request = _replace(request, source=remote.local(request.source))
+        request = _replace(request, source=remote.local(request.source, args.out or request.out))
     if args.mode is not None and request.mode is not None and args.mode != request.mode:
         raise UsageError(f"mxtrim trim: error: --mode {args.mode}: the plan file's mode is {request.mode}")
     refuse_changed_source(plan_file, request, pins)

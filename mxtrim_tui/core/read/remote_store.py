@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -92,10 +91,11 @@ def open_store(repo: RangedRepo, parent: Path) -> tuple[Path, bool]:
         for other in sorted(parent.glob(f"{STORE_PREFIX}{repo.ref.repo.replace('/', '--')}@*")):
             rec = _record(other)
             was = str(rec.get("source", "")).rpartition("@")[2]
-            if rec.get("asked") == str(repo.ref) and was and was != commit and fetched_bytes(other):
+            fetched = fetched_bytes(other) if rec.get("asked") == str(repo.ref) and was and was != commit else 0
+            if fetched:
                 raise RemoteError(
                     f"{repo.ref}: the revision moved: it named commit {was} when an interrupted trim began "
-                    f"({fetched_bytes(other):,} bytes of kept tensors fetched into {other}), it names {commit} now. "
+                    f"({fetched:,} bytes of kept tensors fetched into {other}), it names {commit} now. "
                     f"Finish that trim with {repo.ref.scheme}://{repo.ref.repo}@{was}, or remove {other} to trim the new commit")
     parent.mkdir(parents=True, exist_ok=True)
     header_mirror(repo, folder)
@@ -122,30 +122,16 @@ def fetched_bytes(folder: Path) -> int:
     return sum(end - begin for _, begin, end in fetched_pieces(folder))
 
 
-@dataclass
-class FetchReport:
-    store: Path
-    wanted_bytes: int  # the kept tensors' bytes
-    fetched_bytes: int  # by this run
-    reused_bytes: int  # already in the store from an earlier run
-    requests: int  # by this run
-    pieces: int
-
-
-def fetch_ranges(repo: RangedRepo, folder: Path, ranges: list[ByteRange], cancel: threading.Event | None = None,
-                 on_piece=None) -> FetchReport:
-    """Fetch the pieces of ``ranges`` the store lacks into its sparse shards (``on_piece(done,
-    total)`` after each). The first piece is fetched alone (a server that ignores Range is
-    found out by one answer), then several at once; after a failure nothing more starts."""
-    done = fetched_pieces(folder)
+def fetch_ranges(repo: RangedRepo, folder: Path, ranges: list[ByteRange], done: set | None = None) -> None:
+    """Fetch the pieces of ``ranges`` the store lacks (``done``: those it holds, as
+    :func:`fetched_pieces` reads them) into its sparse shards. The first piece is fetched alone
+    (a server that ignores Range is found out by one answer), then several at once; after a
+    failure nothing more starts."""
+    done = fetched_pieces(folder) if done is None else done
     todo = [r for r in ranges if r.key() not in done]
-    reused = sum(r.size for r in ranges if r.key() in done)
-    wanted = sum(r.size for r in ranges)
-    before_bytes, before_requests = repo.bytes_read, repo.requests
-    stop = cancel or threading.Event()
+    stop = threading.Event()
     lock = threading.Lock()
     fds: dict[str, int] = {}
-    progress = [reused]
     for r in todo:
         path = folder / r.file
         if not path.is_file():
@@ -167,9 +153,6 @@ def fetch_ranges(repo: RangedRepo, folder: Path, ranges: list[ByteRange], cancel
         with lock:
             record.write(json.dumps({"file": r.file, "begin": r.begin, "end": r.end}) + "\n")
             record.flush()
-            progress[0] += r.size
-            if on_piece is not None:
-                on_piece(progress[0], wanted)
 
     try:
         if todo:
@@ -188,11 +171,6 @@ def fetch_ranges(repo: RangedRepo, folder: Path, ranges: list[ByteRange], cancel
         record.close()
         for fd in fds.values():
             os.close(fd)
-    return FetchReport(folder, wanted, repo.bytes_read - before_bytes, reused, repo.requests - before_requests, len(ranges))
-
-
-def remove_store(folder: Path) -> None:
-    shutil.rmtree(folder, ignore_errors=True)
 
 
 def kept_ranges(extraction) -> list[ByteRange]:
