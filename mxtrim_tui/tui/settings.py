@@ -10,11 +10,13 @@ from ..core.user_settings import config_dir
 
 
 def load_recent(limit: int = 8) -> list[str]:
+    from ..core.read.remote import parse_remote
+
     try:
         items = json.loads((config_dir() / "recent.json").read_text())
         # sources that were moved or deleted since are not offered again; a remote repository
         # (hf://ORG/NAME@<commit>) is offered as it was read
-        return [str(i) for i in items if isinstance(i, str) and (i.startswith(("hf://", "ms://")) or Path(i).is_dir())][:limit]
+        return [str(i) for i in items if isinstance(i, str) and (parse_remote(i) is not None or Path(i).is_dir())][:limit]
     except (OSError, ValueError, RecursionError):
         return []
 

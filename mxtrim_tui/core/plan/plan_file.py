@@ -21,6 +21,7 @@ from pathlib import Path
 
 from ..errors import InputError
 from ..new_file import write_new_file
+from ..read.remote import parse_remote
 from ..read.source_pins import pin_differences, source_pins
 from ..units import DEFAULT_HASH, DEFAULT_MAX_SHARD_BYTES, HASHES
 from ..user_settings import state_dir
@@ -150,7 +151,7 @@ def load_plan_document(path: Path) -> tuple[TrimRequest, dict]:
         raise bad("options", f"max_shard_bytes a positive integer and hash one of {', '.join(HASHES)}")
     request = TrimRequest(
         # a remote source stays as its text (hf://ORG/NAME@<commit>): the command reads it
-        source=source["path"] if source["path"].startswith(("hf://", "ms://")) else Path(source["path"]), keep=tuple(keep) if keep is not None else None, mtp=selection.get("mtp"),
+        source=source["path"] if parse_remote(source["path"]) else Path(source["path"]), keep=tuple(keep) if keep is not None else None, mtp=selection.get("mtp"),
         force=bool(selection.get("force", False)), mode=mode, out=Path(output) if output is not None else None,
         serve={k: v for k, v in serve.items() if v is not None}, max_shard_bytes=shard_bytes, hash_name=hash_name,
         repo=options.get("repo") if isinstance(options.get("repo"), str) else None,

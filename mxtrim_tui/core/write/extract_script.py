@@ -454,9 +454,8 @@ def check_digest(source, tensor, digests):
 def copy_remote(source, shard, fd, progress, copier, hash_name, check_hash):
     """The shard's tensors from a repository: tensors that lie back to back in one source shard
     are read by one range request (of at most CHUNK bytes), each tensor's bytes hashed as they
-    pass. Returns the bytes written."""
+    pass."""
     tensors = shard["tensors"]
-    written = 0
     i = 0
     while i < len(tensors):
         j = i + 1
@@ -503,9 +502,32 @@ def copy_remote(source, shard, fd, progress, copier, hash_name, check_hash):
                 break
             start(state["k"] + 1)
         copier.bytes["range requests"] = copier.bytes.get("range requests", 0) + length
-        written += length
         i = j
-    return written
+
+
+def copy_local(source, sources, shard, fd, position, progress, copier, hash_name, check_hash):
+    """The shard's tensors from the source folder (``sources``: its shards opened so far), from
+    output offset ``position``."""
+    for tensor in shard["tensors"]:
+        new_name, src_file, _src_name, _dtype, _shape, begin, end = tensor
+        if src_file not in sources:
+            sources[src_file] = os.open(os.path.join(source, src_file), os.O_RDONLY)
+        src_fd = sources[src_file]
+        progress.tensor(new_name, shard["file"], force=progress.done_tensors == 0)
+        digest = Digests(hash_name, check_hash) if hash_name or check_hash else None
+        offset = begin
+        while offset < end:
+            n = copier.copy(src_fd, fd, offset, end - offset, position, digest)
+            offset += n
+            position += n
+            progress.done_bytes += n
+            if offset < end:
+                progress.tensor(new_name, shard["file"])
+        progress.done_tensors += 1
+        if check_hash:
+            check_digest(source, tensor, digest)
+        if hash_name:
+            progress.emit("digest", name=new_name, shard=shard["file"], hash=hash_name, digest=digest.hexdigest(hash_name))
 
 
 def write_output(source, tmp, progress, hash_name=None, check_digests=False):
@@ -523,29 +545,10 @@ def write_output(source, tmp, progress, hash_name=None, check_digests=False):
             fd = os.open(os.path.join(tmp, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
             try:
                 write_all(fd, len(header).to_bytes(8, "little") + header)
-                position = 8 + len(header)
                 if isinstance(source, RemoteShards):
-                    position += copy_remote(source, shard, fd, progress, copier, hash_name, check_hash)
-                for tensor in () if isinstance(source, RemoteShards) else shard["tensors"]:
-                    new_name, src_file, _src_name, _dtype, _shape, begin, end = tensor
-                    if src_file not in sources:
-                        sources[src_file] = os.open(os.path.join(source, src_file), os.O_RDONLY)
-                    src_fd = sources[src_file]
-                    progress.tensor(new_name, name, force=progress.done_tensors == 0)
-                    digest = Digests(hash_name, check_hash) if hash_name or check_hash else None
-                    offset = begin
-                    while offset < end:
-                        n = copier.copy(src_fd, fd, offset, end - offset, position, digest)
-                        offset += n
-                        position += n
-                        progress.done_bytes += n
-                        if offset < end:
-                            progress.tensor(new_name, name)
-                    progress.done_tensors += 1
-                    if check_hash:
-                        check_digest(source, tensor, digest)
-                    if hash_name:
-                        progress.emit("digest", name=new_name, shard=name, hash=hash_name, digest=digest.hexdigest(hash_name))
+                    copy_remote(source, shard, fd, progress, copier, hash_name, check_hash)
+                else:
+                    copy_local(source, sources, shard, fd, 8 + len(header), progress, copier, hash_name, check_hash)
                 expected = 8 + len(header) + sum(t[6] - t[5] for t in shard["tensors"])
                 if os.lseek(fd, 0, os.SEEK_CUR) != expected:
                     raise OSError(errno.EIO, f"{name}: wrote {os.lseek(fd, 0, os.SEEK_CUR)} bytes, expected {expected}")
