@@ -95,6 +95,7 @@ class MsRepo(RangedRepo):
                 raise RemoteError(f"{self.ref}: {self.endpoint} listed no commit with the files of revision "
                                   f"{self.ref.revision!r}: mxtrim reads a repository at one commit; name a commit id")
             self._commit = max(stamped, key=lambda e: _when(e.get("CommittedDate")))["Revision"]
+            self._listing = listing  # the commit's tree, as listed: not asked for again
         return self._commit
 
     def files(self) -> list[RemoteFile]:
