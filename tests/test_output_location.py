@@ -33,6 +33,21 @@ def refused(demo: Path, out: Path | str) -> str:
     return lines[0]
 
 
+
+@pytest.mark.parametrize("mode", ["dummy", "weights"])
+def test_an_unusable_output_is_said_before_the_plan_is_checked(demo, tmp_path, mode):
+    """A mistyped --out is answered at once: no transformers check of the plan runs first (its
+    verdict, remembered once a check has run, is absent from an empty cache)."""
+    (tmp_path / "taken").mkdir()
+    cache = tmp_path / "cache"
+    result = run_cli("trim", str(demo), "--mode", mode, "--out", str(tmp_path / "taken"), env={"XDG_CACHE_HOME": str(cache)})
+    assert result.returncode == 1 and "already exists" in result.stderr, result.stderr
+    assert not (cache / "mxtrim" / "checks").exists() or list((cache / "mxtrim" / "checks").iterdir()) == []
+    # the same source and cache with a usable output: the check runs and its verdict is kept
+    result = run_cli("trim", str(demo), "--mode", mode, "--out", str(tmp_path / "free"), env={"XDG_CACHE_HOME": str(cache)})
+    assert result.returncode == 0, result.stderr
+    assert any(p.name.startswith("plan-") for p in (cache / "mxtrim" / "checks").iterdir())
+
 @pytest.mark.slow
 def test_out_below_a_regular_file(demo, tmp_path):
     (tmp_path / "README.md").write_text("a file")

@@ -65,7 +65,7 @@ def run(args) -> int:
 
 
 def _run(args, remote) -> int:
-    from ..core.write.writer import default_output_dir
+    from ..core.write.writer import check_output_location, default_output_dir
 
     request = trim_request(args, remote)
     if request.mode is None:
@@ -73,6 +73,8 @@ def _run(args, remote) -> int:
     raw = request.serve
     from ..core.plan.blockers import write_blockers
 
+    if request.out is not None:  # an output that cannot be written is said at once, not after the plan's check
+        check_output_location(request.out, Path(request.source))
     pending = plan_and_check(request)
     plan = pending.plan
     serve = serve_inputs(plan, raw)
