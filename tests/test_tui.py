@@ -226,8 +226,7 @@ async def test_run_log_follows_a_burst_of_lines_until_the_user_scrolls_up(tmp_pa
 
         run.start([sys.executable, "-c", child])
         assert await wait_for(pilot, lambda: logged("first 399"))
-        await pilot.pause(0.2)  # not settle: the run worker waits on the child
-        assert log.max_scroll_y > 300 and log.scroll_y == log.max_scroll_y
+        assert await wait_for(pilot, lambda: log.max_scroll_y > 300 and log.scroll_y == log.max_scroll_y)
         assert "first 399" in visible()
         # the user scrolls up to read; new lines must not pull the view away
         log.focus()
@@ -242,8 +241,7 @@ async def test_run_log_follows_a_burst_of_lines_until_the_user_scrolls_up(tmp_pa
         await pilot.pause(0.2)  # not settle: the run worker waits on the child
         (tmp_path / "go2").touch()
         assert await wait_for(pilot, lambda: not run.running and logged("third 199"))
-        await pilot.pause(0.2)  # not settle: the run worker waits on the child
-        assert log.scroll_y == log.max_scroll_y and "third 199" in visible()
+        assert await wait_for(pilot, lambda: log.scroll_y == log.max_scroll_y and "third 199" in visible())
 
 
 @pytest.mark.slow

@@ -354,13 +354,11 @@ async def test_run_status_after_failure_success_and_cancel(tmp_path, demo):
         # cancel: the status says so and the ETA is gone
         run.start([sys.executable, "-c", "import time,sys; print('{\"event\": \"tensor\", \"done_bytes\": 1, \"total_bytes\": 9}', file=sys.stderr, flush=True); time.sleep(60)"])
         assert await wait_for(pilot, lambda: run.running)
-        await pilot.pause(0.3)
-        assert "Cancel" in footer_descriptions()
+        assert await wait_for(pilot, lambda: "Cancel" in footer_descriptions())
         await pilot.press("escape")
         assert await wait_for(pilot, lambda: "cancelled" in plain(run.query_one("#run-status")), timeout=20)
         assert "ETA" not in plain(run.query_one("#run-stats"))
-        await pilot.pause(0.3)
-        assert "Cancel" not in footer_descriptions()
+        assert await wait_for(pilot, lambda: "Cancel" not in footer_descriptions())
 
 
 # --- 8. counts agree with what is listed and written -----------------------------------------
@@ -426,9 +424,12 @@ async def test_80x24_numbers_visible_summary_scrolls_help_in_footer(tmp_path, de
         assert str(recent.get_option_at_index(1).prompt).startswith("Some-Model-Name-Instruct")  # name first
         for step in ("source", "inventory", "selection", "budget", "output", "run"):
             await goto(app, pilot, step)
-            await pilot.pause(0.3)  # the footer recomposes for the new screen
-            keys = {k.description: k.region for k in app.screen.query(FooterKey)}
-            assert keys["Help"].width > 0 and keys["Help"].right <= keys["palette"].x, step
+
+            def keys() -> dict:  # the footer recomposes for the new screen
+                return {k.description: k.region for k in app.screen.query(FooterKey)}
+
+            assert await wait_for(pilot, lambda: {"Help", "palette"} <= keys().keys() and keys()["Help"].width > 0), step
+            assert keys()["Help"].right <= keys()["palette"].x, step
         await goto(app, pilot, "inventory")
         for table_id, wanted in (("#layer-table", {"bytes", "tensors", "weights"}), ("#group-table", {"n", "bytes"})):
             table = app.screen.query_one(table_id, DataTable)

@@ -84,7 +84,7 @@ async def test_an_existing_output_is_validated_with_the_interpreter_typed_and_ke
         assert await wait_for(pilot, lambda: run.process is None and "validat" in plain(run.query_one("#run-status"))
                               and "…" not in plain(run.query_one("#run-status")), timeout=120)
         assert await wait_for(pilot, lambda: not run.running, timeout=120)
-        await pilot.pause(0.5)
+        assert await wait_for(pilot, lambda: "start-up: unverified" in plain(run.query_one("#run-validation"), width=300))
         status = plain(run.query_one("#run-status"), width=300)
         rows = plain(run.query_one("#run-validation"), width=300)
         assert vllm_env in status and "start-up: unverified" in rows
@@ -109,15 +109,12 @@ async def test_the_log_can_take_the_whole_screen_at_80x24_and_long_lines_wrap(tm
         log = run.query_one("#run-log")
         assert await wait_for(pilot, lambda: any("END-OF-LINE" in str(line.text) for line in log.lines), timeout=20)
         await pilot.press("l")
-        await pilot.pause(0.2)
-        assert run.maximized is log and log.size.height >= 18
+        assert await wait_for(pilot, lambda: run.maximized is log and log.size.height >= 18)
         await pilot.press("l")
-        await pilot.pause(0.2)
-        assert run.maximized is None
+        assert await wait_for(pilot, lambda: run.maximized is None)
         # the quit dialog says what runs
         await pilot.press("ctrl+q")
-        await pilot.pause(0.2)
-        assert isinstance(app.screen, ConfirmQuitScreen)
+        assert await wait_for(pilot, lambda: isinstance(app.screen, ConfirmQuitScreen))
         text = plain(app.screen.query_one("#confirm-title")) + plain(app.screen.query_one("#confirm-message"), width=300)
         assert "validation is still running" in text and "vLLM server" in text
         assert "trim" not in text and "partial output" not in text
@@ -134,8 +131,8 @@ async def test_f1_help_shows_the_run_key_for_the_log_and_the_placeholders_of_the
             app.action_goto(step)
             await settle(app, pilot)
             await pilot.press("f1")
-            await pilot.pause(0.3)
-            assert isinstance(app.screen, HelpScreen)
+            assert await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen))
+            await settle(app, pilot)
             shown = "\n".join(str(s.visual) if hasattr(s, "visual") else "" for s in app.screen.query("MarkdownBlock"))
             shown = app.screen.query_one("Markdown").source if not shown.strip() else shown
             assert wanted in shown.replace("\\<", "<")
@@ -203,7 +200,7 @@ async def test_the_status_follows_the_stages_of_a_real_weight_write(tmp_path, de
         run = await at_run_step(app, pilot)
         run.start([sys.executable, "-c", f"import sys, time; sys.stderr.write({events!r}); sys.stderr.flush(); time.sleep(30)"])
         assert await wait_for(pilot, lambda: "[structure] start" in "\n".join(str(l.text) for l in run.query_one("#run-log").lines), timeout=20)
-        await pilot.pause(0.3)
+        assert await wait_for(pilot, lambda: "checking the structure against transformers" in plain(run.query_one("#run-stats"), width=300))
         stats = plain(run.query_one("#run-stats"), width=300)
         assert "checking the structure against transformers" in stats and "verifying hashes" not in stats
         app.terminate_child(run.process)
