@@ -33,7 +33,6 @@ def refused(demo: Path, out: Path | str) -> str:
     return lines[0]
 
 
-
 @pytest.mark.parametrize("mode", ["dummy", "weights"])
 def test_an_unusable_output_is_said_before_the_plan_is_checked(demo, tmp_path, mode):
     """A mistyped --out is answered at once: no transformers check of the plan runs first (its
@@ -47,6 +46,7 @@ def test_an_unusable_output_is_said_before_the_plan_is_checked(demo, tmp_path, m
     result = run_cli("trim", str(demo), "--mode", mode, "--out", str(tmp_path / "free"), env={"XDG_CACHE_HOME": str(cache)})
     assert result.returncode == 0, result.stderr
     assert any(p.name.startswith("plan-") for p in (cache / "mxtrim" / "checks").iterdir())
+
 
 @pytest.mark.slow
 def test_out_below_a_regular_file(demo, tmp_path):

@@ -422,12 +422,12 @@ async def test_80x24_numbers_visible_summary_scrolls_help_in_footer(tmp_path, de
         # the source just read comes first, then the long one: one line each, not wrapped mid-word
         assert recent.virtual_size.height == recent.option_count == 2
         assert str(recent.get_option_at_index(1).prompt).startswith("Some-Model-Name-Instruct")  # name first
+
+        def keys() -> dict:  # the footer's keys, recomposed for each new screen
+            return {k.description: k.region for k in app.screen.query(FooterKey)}
+
         for step in ("source", "inventory", "selection", "budget", "output", "run"):
             await goto(app, pilot, step)
-
-            def keys() -> dict:  # the footer recomposes for the new screen
-                return {k.description: k.region for k in app.screen.query(FooterKey)}
-
             assert await wait_for(pilot, lambda: {"Help", "palette"} <= keys().keys() and keys()["Help"].width > 0), step
             assert keys()["Help"].right <= keys()["palette"].x, step
         await goto(app, pilot, "inventory")
