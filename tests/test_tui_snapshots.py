@@ -26,6 +26,9 @@ from mxtrim_tui.tui.screens.run import RunScreen
 from tui_support import plan_checked, settle, wait_for
 
 FIXTURES = Path("/tmp/mxtrim-snapshot-fixtures")
+# The fixed paths admit one test at a time (the lock of ``demo``): the module runs on one worker
+# (make's --dist loadgroup), where the others would only wait on that lock, leaving cores idle.
+pytestmark = pytest.mark.xdist_group("test_tui_snapshots")
 DiskUsage = namedtuple("DiskUsage", "total used free")
 SIZES = {"80x24": (80, 24), "160x48": (160, 48)}
 # screen -> Ctrl+N presses from the source screen

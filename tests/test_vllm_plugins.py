@@ -68,10 +68,23 @@ def registered_row(python: str, out: Path):
 
 
 @needs_vllm
-def test_an_architecture_registered_by_a_plugin_is_found_with_its_origin(layered, monkeypatch):
+def test_an_architecture_registered_by_a_plugin_is_found_with_its_origin(layered, monkeypatch, tmp_path):
+    """Read for two outputs in one batch probe (validate of several outputs): the first loads
+    the plugins, the second reads the registry they were loaded into and gets the same record."""
+    from mxtrim_tui.core.validate.offline import OfflineBatch
+    from test_offline_batch import probes, shim
+
     python, out, site = layered
     monkeypatch.delenv("VLLM_PLUGINS", raising=False)
-    env, row = registered_row(python, out)
+    second = shutil.copytree(out, tmp_path / "second")
+    noted, log = shim(tmp_path, python)
+    batch = OfflineBatch(noted, False, [out, second])
+    env, rows = batch(out, noted, False)
+    row = next(r for r in rows if r.check == "architecture registered in this vLLM")
+    env2, rows2 = batch(second, noted, False)
+    assert probes(log) == [[str(out), str(second)]]  # both answered by the one probe
+    assert next(r for r in rows2 if r.check == row.check).to_json() == row.to_json()
+    assert env2["vllm_plugins"] == env["vllm_plugins"] and env2["vllm_platform"] == env["vllm_platform"]
     assert row.status == "passed", row.detail
     by = {r["architecture"]: r for r in row.data["architectures"]}
     tiny = by[OUT_OF_TREE]

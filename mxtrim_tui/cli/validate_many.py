@@ -73,9 +73,12 @@ def validate_many(args) -> int:
         if ray is not None:
             _validate_on_ray(ray, args, outputs, rows, vllm, now, lambda: publish(False), running)
         elif getattr(args, "jobs", 1) == 1:
+            from ..core.validate.offline import OfflineBatch
+
+            offline = OfflineBatch(vllm.python, args.trust_remote_code, outputs)  # vLLM's registry read once
             for i, out in enumerate(outputs):
                 running[:] = [i]
-                rows[i] = _validate_one_of_many(args, out, vllm, now, f"[{i + 1}/{len(outputs)}]")
+                rows[i] = _validate_one_of_many(args, out, vllm, now, f"[{i + 1}/{len(outputs)}]", offline)
                 publish(False)
         else:
             _validate_side_by_side(args, outputs, rows, vllm, now, lambda: publish(False), running)
@@ -144,7 +147,7 @@ def _validated_row(out: Path, doc: dict, ok: bool):
     return row
 
 
-def _validate_one_of_many(args, out: Path, vllm, now: dict | None, counter: str):
+def _validate_one_of_many(args, out: Path, vllm, now: dict | None, counter: str, offline):
     from ..core.validate import batch
 
     earlier = _reused_row(args, out, vllm, now, counter)
@@ -152,7 +155,7 @@ def _validate_one_of_many(args, out: Path, vllm, now: dict | None, counter: str)
         return earlier
     print(f"{counter} {out}", file=sys.stderr, flush=True)
     try:
-        v, runs, ok = run_validation(out, args, quiet=True, vllm=vllm)
+        v, runs, ok = run_validation(out, args, quiet=True, vllm=vllm, offline=offline)
     except InputError as exc:
         print(f"mxtrim: error: {exc}", file=sys.stderr, flush=True)
         return batch.MatrixRow(str(out), batch.REFUSED, False, note=str(exc))

@@ -85,11 +85,12 @@ def _chosen_gpu_memory(probe, gpus: str | None) -> int | None:
     return next((g.total_bytes for g in probe.gpus if str(g.index) == first), None)
 
 
-def run_validation(out: Path, args, quiet: bool, vllm=None):
+def run_validation(out: Path, args, quiet: bool, vllm=None, offline=None):
     """Validate ``out`` as the flags say (``vllm``: the interpreter already found, else found
-    here); the result is recorded in the output directory."""
+    here; ``offline``: a batch's offline checks, offline.OfflineBatch); the result is recorded
+    in the output directory."""
     from ..core.validate.record import record
-    from ..core.validate.run import read_output, validate
+    from ..core.validate.run import offline_checks, read_output, validate
 
     opts = serve_options(args, out, read_output(out), vllm)
     progress = progress_printer() if getattr(args, "progress", False) else None
@@ -97,7 +98,7 @@ def run_validation(out: Path, args, quiet: bool, vllm=None):
         progress = ValidationProgress()
 
     serve = args.serve or args.equivalence
-    v = validate(out, opts, serve=serve, equivalence=args.equivalence, on_event=progress)
+    v = validate(out, opts, serve=serve, equivalence=args.equivalence, on_event=progress, offline=offline or offline_checks)
     runs = record(v)
     # asked to serve and could not (busy or absent devices): not a success
     ok = v.ok and not (serve and opts.refused)

@@ -1,5 +1,8 @@
 """Run by the TARGET interpreter (the environment that holds vLLM), in isolated mode, as a
-script: ``python -I offline_probe.py OUT_DIR TRUST_REMOTE_CODE(0|1) REGISTRY(0|1)``, or
+script: ``python -I offline_probe.py OUT_DIR TRUST_REMOTE_CODE(0|1) REGISTRY(0|1)``;
+``python -I offline_probe.py --many TRUST_REMOTE_CODE(0|1) REGISTRY(0|1) OUT_DIR...`` for
+several outputs in one process (vLLM's registry imported and its plugins loaded once; one line
+``MXTRIM-PROBE {json}`` per output, printed as each is done); or
 ``python -I offline_probe.py --versions`` for the environment alone.
 
 Prints one JSON document: the interpreter, package versions and import origins, torch's build
@@ -311,18 +314,34 @@ def describe_architecture(rec):
     return f"{rec['architecture']} → {rec['class'] or '?'} ({rec['origin']}: {shown}{extra})"
 
 
+_LOADED = {}  # vLLM's registry, once its plugins are loaded (--many: once for every output)
+
+
+def loaded_registry(doc):
+    """vLLM's ModelRegistry after loading the platform and general plugins as ``vllm serve``
+    does, the first time; later outputs of the same process get that registry and the same
+    plugin outcomes (a plugin registers once). ``doc`` gets the outcomes and the platform."""
+    if "registry" not in _LOADED:
+        from vllm.model_executor.models import ModelRegistry
+
+        platform_cls = load_vllm_plugins(doc["vllm_plugins"], ModelRegistry)
+        _LOADED.update(registry=ModelRegistry, platform=platform_cls, entries=json.loads(json.dumps(doc["vllm_plugins"])))
+    else:
+        doc["vllm_plugins"] = json.loads(json.dumps(_LOADED["entries"]))
+    doc["vllm_platform"] = _LOADED["platform"]
+    return _LOADED["registry"]
+
+
 def architecture_check(archs, doc):
     """The "architecture registered" row: vLLM's registry read after its plugins are loaded (the
     outcome of each goes in ``doc["vllm_plugins"]``, the platform in ``doc["vllm_platform"]``),
     with the class vLLM builds for each architecture, its file and where it comes from."""
     if importlib.util.find_spec("vllm") is None:
         return "failed", "vLLM is not installed in this interpreter", {}
-    from vllm.model_executor.models import ModelRegistry
-
+    ModelRegistry = loaded_registry(doc)
     if not archs:
         return "failed", "the configuration names no architecture", {}
     entries = doc["vllm_plugins"]
-    doc["vllm_platform"] = load_vllm_plugins(entries, ModelRegistry)
     supported = set(ModelRegistry.get_supported_archs())
     missing = [a for a in archs if a not in supported]
     records = [architecture_record(ModelRegistry, a, entries) for a in archs if a in supported]
@@ -341,13 +360,28 @@ def architecture_check(archs, doc):
                       f" ({len(supported)} architectures known{plugins})" + tail), extra
 
 
+MANY_MARK = "MXTRIM-PROBE "  # the line of one output's document in --many
+
+
 def main():
     environment = environment_record()
     if sys.argv[1:] == ["--versions"]:  # the environment only (mxtrim examples: drift)
         print(json.dumps(environment))
         return
-    out, trust, registry = sys.argv[1], sys.argv[2] == "1", sys.argv[3] == "1"
     os.environ.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", VLLM_NO_USAGE_STATS="1")
+    if sys.argv[1:2] == ["--many"]:
+        trust, registry = sys.argv[2] == "1", sys.argv[3] == "1"
+        for out in sys.argv[4:]:
+            doc = output_checks(out, trust, registry, environment)
+            sys.stdout.write("\n" + MANY_MARK + json.dumps(dict(doc, output=out), default=str) + "\n")
+            sys.stdout.flush()
+        return
+    out, trust, registry = sys.argv[1], sys.argv[2] == "1", sys.argv[3] == "1"
+    sys.stdout.write("\n" + json.dumps(output_checks(out, trust, registry, environment), default=str) + "\n")
+
+
+def output_checks(out, trust, registry, environment):
+    """The environment and the offline checks of the output directory ``out``."""
     doc = dict(environment, checks=[], vllm_plugins=plugin_entries())
     state = {}
 
@@ -399,7 +433,7 @@ def main():
     for name, fn in (("config", config), ("tokenizer", tokenizer), ("chat template", chat_template),
                      ("processor", processor), ("architecture registered", registered)):
         doc["checks"].append(check(name, fn))
-    sys.stdout.write("\n" + json.dumps(doc, default=str) + "\n")
+    return doc
 
 
 if __name__ == "__main__":

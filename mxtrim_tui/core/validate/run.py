@@ -143,11 +143,18 @@ def offline_checks(out: Path, python: str, trust_remote_code: bool, timeout: flo
     except (ValueError, IndexError):
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
         return {}, [Row("offline checks", FAILED, f"{python} exited {proc.returncode}: {tail[0][:300]}")]
-    names = {"config": "config loads offline (AutoConfig, local files only)", "tokenizer": "tokenizer round trip offline",
-             "chat template": "chat template renders", "processor": "processor loads offline",
-             "architecture registered": "architecture registered in this vLLM"}
+    return offline_rows(doc)
+
+
+OFFLINE_NAMES = {"config": "config loads offline (AutoConfig, local files only)", "tokenizer": "tokenizer round trip offline",
+                 "chat template": "chat template renders", "processor": "processor loads offline",
+                 "architecture registered": "architecture registered in this vLLM"}
+
+
+def offline_rows(doc: dict) -> tuple[dict, list[Row]]:
+    """The environment and the offline rows of one output's probe document (``doc`` is taken)."""
     kept = ("normalised", "architectures", "platform")  # the class vLLM builds, its file and origin
-    rows = [Row(names.get(c["name"], c["name"]), c["status"], c["detail"], data={k: v for k, v in c.items() if k in kept})
+    rows = [Row(OFFLINE_NAMES.get(c["name"], c["name"]), c["status"], c["detail"], data={k: v for k, v in c.items() if k in kept})
             for c in doc.pop("checks")]
     if doc.get("warnings"):  # the environment's own (visible-device variables that disagree)
         doc["warning"] = "; ".join(doc["warnings"])
@@ -186,14 +193,17 @@ def workspace_warning(env: dict, cwd: Path) -> str | None:
     return "; ".join(found) or None
 
 
-def validate(out: Path, opts: ServeOptions, *, serve: bool, equivalence: bool = False, on_event=None) -> Validation:
+def validate(out: Path, opts: ServeOptions, *, serve: bool, equivalence: bool = False, on_event=None,
+             offline=offline_checks) -> Validation:
+    """``offline``: what gives the environment and the offline rows (``offline_checks``'s
+    arguments; a batch gives those of several outputs from one probe: offline.OfflineBatch)."""
     emit = on_event or (lambda event: None)
     out = Path(out).resolve()
     plan = read_output(out)
     mode = plan["mode"]
     v = Validation(out, mode, datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"), opts.python, opts.python_origin)
     emit({"event": "stage", "name": "offline", "status": "running"})
-    v.environment, rows = offline_checks(out, opts.python, opts.trust_remote_code)
+    v.environment, rows = offline(out, opts.python, opts.trust_remote_code)
     warning = workspace_warning(v.environment, Path.cwd())
     if warning:
         v.environment["warning"] = warning
