@@ -33,6 +33,7 @@ def refused(demo: Path, out: Path | str) -> str:
     return lines[0]
 
 
+@pytest.mark.slow  # the free --out runs the whole trim, its transformers check child included
 @pytest.mark.parametrize("mode", ["dummy", "weights"])
 def test_an_unusable_output_is_said_before_the_plan_is_checked(demo, tmp_path, mode):
     """A mistyped --out is answered at once: no transformers check of the plan runs first (its

@@ -89,8 +89,14 @@ def test_a_changed_source_is_refused_naming_what_changed(demo, tmp_path):
 def test_plan_files_are_never_overwritten_nor_saved_blocked(demo, tmp_path):
     plan_file = tmp_path / "p.json"
     plan_file.write_text("mine\n")
-    r = run_cli("plan", str(demo), "--keep", "0", "--save", str(plan_file))
+    cache = tmp_path.parent / f"{tmp_path.name}-cache"
+    # refused at once: one line, no plan shown, no transformers check of it run (a check run
+    # leaves its verdict in the cache)
+    r = run_cli("plan", str(demo), "--keep", "0", "--save", str(plan_file), env={"XDG_CACHE_HOME": str(cache)})
     assert r.returncode == 1 and "already exists" in r.stderr and plan_file.read_text() == "mine\n"
+    assert r.stdout == "" and len(r.stderr.splitlines()) == 1 and not (cache / "mxtrim" / "checks").exists()
+    r = run_cli("plan", str(demo), "--keep", "0", "--save", str(tmp_path / "no-such-folder" / "p.json"))
+    assert r.returncode == 1 and r.stdout == "" and f"{tmp_path / 'no-such-folder'}: directory not found" in r.stderr
     blocked = tmp_path / "blocked.json"
     r = run_cli("plan", str(demo), "--keep", "99", "--save", str(blocked))
     assert r.returncode == 1 and "no plan file saved" in r.stderr and not blocked.exists()

@@ -41,6 +41,10 @@ def run(args) -> int:
 
 def _run(args, request) -> int:
     raw = request.serve
+    if args.save is not None:  # a place that cannot take the plan file: said before the plan's check
+        from ..core.plan.plan_file import check_save_location
+
+        check_save_location(args.save)
     plan = checked_plan(request)
     from ..core.plan.blockers import write_blockers
 

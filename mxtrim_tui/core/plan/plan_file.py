@@ -77,13 +77,18 @@ def save_plan_document(doc: dict, path: Path) -> None:
     _write_new(_text(doc), Path(path))
 
 
-def _write_new(text: str, path: Path) -> None:
-    """``text`` at ``path``, never over an existing file (written beside it, then linked into
-    place, so a reader never sees half of it)."""
+def check_save_location(path: Path) -> None:
+    """Refuse a plan file's place that cannot be written: a name taken, a folder not there."""
     if path.exists() or path.is_symlink():
         raise InputError(path, "already exists; refusing to overwrite (choose another --save)")
     if not path.parent.is_dir():
         raise InputError(path.parent, "directory not found")
+
+
+def _write_new(text: str, path: Path) -> None:
+    """``text`` at ``path``, never over an existing file (written beside it, then linked into
+    place, so a reader never sees half of it)."""
+    check_save_location(path)
     try:
         write_new_file(path, text.encode("utf-8"))
     except FileExistsError:  # the name appeared meanwhile: nothing is overwritten
