@@ -325,9 +325,9 @@ def loaded_registry(doc):
         from vllm.model_executor.models import ModelRegistry
 
         platform_cls = load_vllm_plugins(doc["vllm_plugins"], ModelRegistry)
-        _LOADED.update(registry=ModelRegistry, platform=platform_cls, entries=json.loads(json.dumps(doc["vllm_plugins"])))
+        _LOADED.update(registry=ModelRegistry, platform=platform_cls, entries=json.loads(json.dumps(doc["vllm_plugins"], default=str)))
     else:
-        doc["vllm_plugins"] = json.loads(json.dumps(_LOADED["entries"]))
+        doc["vllm_plugins"] = json.loads(json.dumps(_LOADED["entries"]))  # a copy for this output's document
     doc["vllm_platform"] = _LOADED["platform"]
     return _LOADED["registry"]
 
