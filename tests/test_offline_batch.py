@@ -82,6 +82,15 @@ def test_one_probe_answers_every_output_as_a_probe_of_each_alone(tmp_path):
     assert {r.check: r.status for r in rows}["chat template renders"] == "passed"
 
 
+def test_outputs_whose_earlier_run_is_reused_are_not_read(tmp_path):
+    python, log = shim(tmp_path, sys.executable)
+    outs = [output(tmp_path, "a"), output(tmp_path, "b"), output(tmp_path, "c")]
+    batch = OfflineBatch(python, False, outs, will_run=lambda out: out.name != "b")
+    batch(outs[0], python, False)
+    batch(outs[2], python, False)
+    assert probes(log) == [[str(outs[0]), str(outs[2])]]
+
+
 def test_a_batch_probe_that_crashes_leaves_each_output_to_its_own(tmp_path):
     python, log = shim(tmp_path, sys.executable, crash_many=True)
     outs = [output(tmp_path, "a"), output(tmp_path, "b", chat_template=False)]

@@ -75,7 +75,9 @@ def validate_many(args) -> int:
         elif getattr(args, "jobs", 1) == 1:
             from ..core.validate.offline import OfflineBatch
 
-            offline = OfflineBatch(vllm.python, args.trust_remote_code, outputs)  # vLLM's registry read once
+            # vLLM's registry read once, for the outputs that will be validated (not reused)
+            offline = OfflineBatch(vllm.python, args.trust_remote_code, outputs,
+                                   will_run=lambda o: _reused_row(args, o, vllm, now, "", quiet=True).state != batch.REUSED)
             for i, out in enumerate(outputs):
                 running[:] = [i]
                 rows[i] = _validate_one_of_many(args, out, vllm, now, f"[{i + 1}/{len(outputs)}]", offline)
@@ -110,9 +112,10 @@ def _settings_now(args, out: Path, vllm) -> dict | None:
         return None
 
 
-def _reused_row(args, out: Path, vllm, now: dict | None, counter: str):
+def _reused_row(args, out: Path, vllm, now: dict | None, counter: str, quiet: bool = False):
     """The row of the run recorded earlier that answers this request (reused), else a row not
-    run yet whose note says why the earlier run does not (empty: there is none)."""
+    run yet whose note says why the earlier run does not (empty: there is none); ``quiet``:
+    nothing said on stderr."""
     from ..core.validate import batch
     from ..core.validate.examples import last_run
 
@@ -121,7 +124,7 @@ def _reused_row(args, out: Path, vllm, now: dict | None, counter: str):
         return batch.MatrixRow(str(out), batch.NOT_RUN, note="validated anew: no vLLM here to compare its last run with")
     earlier = None if args.again else last_run(out)
     elsewhere = batch.recorded_elsewhere(earlier, out)
-    if elsewhere:
+    if elsewhere and not quiet:
         print(f"{counter} {out}: its last recorded run was made for {elsewhere} (copied or moved since): validated anew",
               file=sys.stderr, flush=True)
     settings = _settings_now(args, out, vllm) if serve and earlier is not None else None
@@ -129,7 +132,7 @@ def _reused_row(args, out: Path, vllm, now: dict | None, counter: str):
         return batch.MatrixRow(str(out), batch.NOT_RUN)
     decision = batch.reuse(earlier, vllm.python, now, serve, args.equivalence, args.speculative, out,
                            parallel=(args.tp, args.pp), settings=settings)
-    if decision.why and not elsewhere:
+    if decision.why and not elsewhere and not quiet:
         print(f"{counter} {out}: {decision.why}", file=sys.stderr, flush=True)
     if decision.reused:
         return batch.row_for_run(out, earlier, batch.REUSED, decision.why)

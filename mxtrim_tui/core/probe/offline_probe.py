@@ -338,9 +338,9 @@ def architecture_check(archs, doc):
     with the class vLLM builds for each architecture, its file and where it comes from."""
     if importlib.util.find_spec("vllm") is None:
         return "failed", "vLLM is not installed in this interpreter", {}
-    ModelRegistry = loaded_registry(doc)
     if not archs:
         return "failed", "the configuration names no architecture", {}
+    ModelRegistry = loaded_registry(doc)
     entries = doc["vllm_plugins"]
     supported = set(ModelRegistry.get_supported_archs())
     missing = [a for a in archs if a not in supported]
@@ -370,18 +370,34 @@ def main():
         return
     os.environ.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", VLLM_NO_USAGE_STATS="1")
     if sys.argv[1:2] == ["--many"]:
+        # every output's transformers checks first, as a lone probe runs them: before vLLM's
+        # plugins are loaded (one may register configurations or tokenizers with transformers)
         trust, registry = sys.argv[2] == "1", sys.argv[3] == "1"
-        for out in sys.argv[4:]:
-            doc = output_checks(out, trust, registry, environment)
+        read = [(out, *transformers_checks(out, trust, environment)) for out in sys.argv[4:]]
+        for out, doc, architectures in read:
+            registry_check(doc, architectures, registry)
             sys.stdout.write("\n" + MANY_MARK + json.dumps(dict(doc, output=out), default=str) + "\n")
             sys.stdout.flush()
         return
     out, trust, registry = sys.argv[1], sys.argv[2] == "1", sys.argv[3] == "1"
-    sys.stdout.write("\n" + json.dumps(output_checks(out, trust, registry, environment), default=str) + "\n")
+    doc, architectures = transformers_checks(out, trust, environment)
+    registry_check(doc, architectures, registry)
+    sys.stdout.write("\n" + json.dumps(doc, default=str) + "\n")
 
 
-def output_checks(out, trust, registry, environment):
-    """The environment and the offline checks of the output directory ``out``."""
+def registry_check(doc, architectures, registry):
+    """The "architecture registered" row of ``doc`` ("unverified" when not asked)."""
+    def registered():
+        if not registry:
+            return "unverified", "not asked", {}
+        return architecture_check(architectures, doc)
+
+    doc["checks"].append(check("architecture registered", registered))
+
+
+def transformers_checks(out, trust, environment):
+    """The environment and the checks of the output directory ``out`` that transformers makes
+    (configuration, tokenizer, chat template, processor), and the architectures it names."""
     doc = dict(environment, checks=[], vllm_plugins=plugin_entries())
     state = {}
 
@@ -425,15 +441,9 @@ def output_checks(out, trust, registry, environment):
         proc = AutoProcessor.from_pretrained(out, local_files_only=True, trust_remote_code=trust)
         return "passed", type(proc).__name__, {}
 
-    def registered():
-        if not registry:
-            return "unverified", "not asked", {}
-        return architecture_check(state.get("architectures") or [], doc)
-
-    for name, fn in (("config", config), ("tokenizer", tokenizer), ("chat template", chat_template),
-                     ("processor", processor), ("architecture registered", registered)):
+    for name, fn in (("config", config), ("tokenizer", tokenizer), ("chat template", chat_template), ("processor", processor)):
         doc["checks"].append(check(name, fn))
-    return doc
+    return doc, state.get("architectures") or []
 
 
 if __name__ == "__main__":

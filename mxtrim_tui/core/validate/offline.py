@@ -14,6 +14,7 @@ import os
 import queue
 import subprocess
 import threading
+import time
 from pathlib import Path
 
 from ..probe import OFFLINE_PROBE
@@ -27,22 +28,33 @@ EXIT_GRACE = 10.0  # seconds the probe has to exit once it answered for every ou
 
 def fingerprint(out: Path) -> tuple:
     """Name, size and modification time of each file at the top of ``out`` (where the
-    configuration, tokenizer and processor files are), those a validation writes left out."""
+    configuration, tokenizer and processor files are), those a validation writes left out; a
+    link whose target is gone by its own."""
+    found = []
     try:
         with os.scandir(out) as entries:
-            return tuple(sorted((e.name, e.stat().st_size, e.stat().st_mtime_ns) for e in entries
-                                if e.name not in WRITTEN_BY_VALIDATION))
+            for e in entries:
+                if e.name in WRITTEN_BY_VALIDATION:
+                    continue
+                try:
+                    st = e.stat()
+                except OSError:
+                    st = e.stat(follow_symlinks=False)
+                found.append((e.name, st.st_size, st.st_mtime_ns))
     except OSError:
         return ()
+    return tuple(sorted(found))
 
 
 class OfflineBatch:
     """Stands in for ``run.offline_checks`` in ``run.validate`` for the outputs of a batch.
-    ``timeout``: seconds the probe may go without answering for one more output (the first
-    answer includes vLLM's import) before it is stopped; those it did not answer are probed alone."""
+    ``timeout``: seconds per output the probe may take (as a lone probe may) before it is
+    stopped; those it did not answer are probed alone."""
 
-    def __init__(self, python: str, trust_remote_code: bool, outputs: list[Path], timeout: float = 300.0) -> None:
-        self.python, self.trust, self.timeout = python, trust_remote_code, timeout
+    def __init__(self, python: str, trust_remote_code: bool, outputs: list[Path], timeout: float = 300.0,
+                 will_run=lambda out: True) -> None:
+        """``will_run(out)``: whether a later output will be validated (not its earlier run reused)."""
+        self.python, self.trust, self.timeout, self.will_run = python, trust_remote_code, timeout, will_run
         self.outputs = [Path(o).resolve() for o in outputs]
         self.asked: set[Path] = set()
         self.found: dict[Path, tuple[dict, tuple]] = {}
@@ -52,7 +64,8 @@ class OfflineBatch:
         if python != self.python or trust_remote_code != self.trust or trust_remote_code or out not in self.outputs:
             return offline_checks(out, python, trust_remote_code)
         if out not in self.asked:
-            self._probe(self.outputs[self.outputs.index(out):])
+            later = [o for o in self.outputs[self.outputs.index(out) + 1:] if o not in self.asked and self.will_run(o)]
+            self._probe([out, *later])
         doc, before = self.found.pop(out, (None, None))
         if doc is None or before != fingerprint(out):
             return offline_checks(out, python, trust_remote_code)
@@ -74,12 +87,16 @@ class OfflineBatch:
         lines: queue.Queue = queue.Queue()
         threading.Thread(target=_read_lines, args=(proc.stdout, lines), daemon=True).start()
         answered = 0
+        deadline = time.monotonic() + self.timeout * len(outputs)  # the first answer comes once all are read
         try:
             while answered < len(outputs):
-                line = lines.get(timeout=self.timeout)  # queue.Empty: nothing answered for that long
+                # queue.Empty: no answer for that long (what the probe logs meanwhile is no answer)
+                line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
                 if line is None:
                     break
-                answered += self._take(line, before)
+                if self._take(line, before):
+                    answered += 1
+                    deadline = time.monotonic() + self.timeout
         except queue.Empty:
             pass
         finally:
@@ -88,6 +105,7 @@ class OfflineBatch:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+            proc.stdout.close()
 
     def _take(self, line: str, before: dict[Path, tuple]) -> bool:
         """Keep the document of one output a line of the probe holds (False: none)."""
@@ -105,7 +123,10 @@ class OfflineBatch:
 
 
 def _read_lines(stream, lines: queue.Queue) -> None:
-    """Every line of ``stream`` into ``lines``, then None."""
-    for line in stream:
-        lines.put(line)
+    """Every line of ``stream`` into ``lines``, then None (also once the stream is closed)."""
+    try:
+        for line in stream:
+            lines.put(line)
+    except (OSError, ValueError):
+        pass
     lines.put(None)
