@@ -90,7 +90,7 @@ def run_validation(out: Path, args, quiet: bool, vllm=None, offline=None):
     here; ``offline``: a batch's offline checks, offline.OfflineBatch); the result is recorded
     in the output directory."""
     from ..core.validate.record import record
-    from ..core.validate.run import offline_checks, read_output, validate
+    from ..core.validate.run import read_output, validate
 
     opts = serve_options(args, out, read_output(out), vllm)
     progress = progress_printer() if getattr(args, "progress", False) else None
@@ -98,7 +98,7 @@ def run_validation(out: Path, args, quiet: bool, vllm=None, offline=None):
         progress = ValidationProgress()
 
     serve = args.serve or args.equivalence
-    v = validate(out, opts, serve=serve, equivalence=args.equivalence, on_event=progress, offline=offline or offline_checks)
+    v = validate(out, opts, serve=serve, equivalence=args.equivalence, on_event=progress, offline=offline)
     runs = record(v)
     # asked to serve and could not (busy or absent devices): not a success
     ok = v.ok and not (serve and opts.refused)

@@ -2,7 +2,7 @@
 script: ``python -I offline_probe.py OUT_DIR TRUST_REMOTE_CODE(0|1) REGISTRY(0|1)``;
 ``python -I offline_probe.py --many TRUST_REMOTE_CODE(0|1) REGISTRY(0|1) OUT_DIR...`` for
 several outputs in one process (vLLM's registry imported and its plugins loaded once; one line
-``MXTRIM-PROBE {json}`` per output, printed as each is done); or
+``MXTRIM-PROBE {json}`` per output, printed once every output's files are read); or
 ``python -I offline_probe.py --versions`` for the environment alone.
 
 Prints one JSON document: the interpreter, package versions and import origins, torch's build

@@ -194,16 +194,16 @@ def workspace_warning(env: dict, cwd: Path) -> str | None:
 
 
 def validate(out: Path, opts: ServeOptions, *, serve: bool, equivalence: bool = False, on_event=None,
-             offline=offline_checks) -> Validation:
-    """``offline``: what gives the environment and the offline rows (``offline_checks``'s
-    arguments; a batch gives those of several outputs from one probe: offline.OfflineBatch)."""
+             offline=None) -> Validation:
+    """``offline``: what gives the environment and the offline rows (``offline_checks``, the
+    default, or a batch's, giving those of several outputs from one probe: offline.OfflineBatch)."""
     emit = on_event or (lambda event: None)
     out = Path(out).resolve()
     plan = read_output(out)
     mode = plan["mode"]
     v = Validation(out, mode, datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"), opts.python, opts.python_origin)
     emit({"event": "stage", "name": "offline", "status": "running"})
-    v.environment, rows = offline(out, opts.python, opts.trust_remote_code)
+    v.environment, rows = (offline or offline_checks)(out, opts.python, opts.trust_remote_code)
     warning = workspace_warning(v.environment, Path.cwd())
     if warning:
         v.environment["warning"] = warning
