@@ -26,7 +26,8 @@ class Terminal:
         fcntl.ioctl(self.fd, termios.TIOCSWINSZ, struct.pack("HHHH", *size, 0, 0))
         self.screen = bytearray()
         self.status: int | None = None
-        threading.Thread(target=self._drain, daemon=True).start()
+        self._drained = threading.Thread(target=self._drain, daemon=True)
+        self._drained.start()
 
     def _drain(self) -> None:
         while True:
@@ -46,6 +47,10 @@ class Terminal:
         os.close(self.fd)
 
     def wait_exit(self, timeout: float) -> int | None:
+        """The program's exit status (None: still running after ``timeout``). Once it has
+        exited, ``screen`` holds everything it wrote: its last lines may still be on their way
+        through the terminal when it exits, so the drain is awaited until the terminal's end
+        (every holder of it gone), for up to 10 s more where a child of it still holds it."""
         deadline = time.monotonic() + timeout
         while self.status is None and time.monotonic() < deadline:
             pid, status = os.waitpid(self.pid, os.WNOHANG)
@@ -53,6 +58,8 @@ class Terminal:
                 self.status = os.waitstatus_to_exitcode(status)
             else:
                 time.sleep(0.1)
+        if self.status is not None:
+            self._drained.join(10)
         return self.status
 
     def kill(self) -> None:
