@@ -304,17 +304,18 @@ def family_outputs(tmp_path_factory):
     root = tmp_path_factory.mktemp("families")
     made = {}
 
-    def get(name: str) -> dict[str, Path]:
+    def get(name: str, mode: str) -> Path:
+        """The family's source built on first use, and its trim in ``mode`` written on first use
+        (a worker that serves only one of the two modes writes only that one)."""
+        builder, keep = FAMILIES[name]
         if name not in made:
-            builder, keep = FAMILIES[name]
-            src = builder(root / name)
-            made[name] = {"source": src}
-            for mode in ("dummy", "weights"):
-                out = root / f"{name}-{mode}"
-                proc = mxtrim("trim", str(src), "--mode", mode, "--keep", keep, "--out", str(out))
-                assert proc.returncode == 0, proc.stderr
-                made[name][mode] = out
-        return made[name]
+            made[name] = {"source": builder(root / name)}
+        if mode not in made[name]:
+            out = root / f"{name}-{mode}"
+            proc = mxtrim("trim", str(made[name]["source"]), "--mode", mode, "--keep", keep, "--out", str(out))
+            assert proc.returncode == 0, proc.stderr
+            made[name][mode] = out
+        return made[name][mode]
 
     return get
 
@@ -337,7 +338,7 @@ def _memory_agrees(doc: dict) -> None:
 @needs_vllm
 @pytest.mark.parametrize("family", DUMMY_SERVED)
 def test_family_dummy_trim_is_served(family_outputs, family):
-    code, doc = validate(family_outputs(family)["dummy"], "--serve")
+    code, doc = validate(family_outputs(family, "dummy"), "--serve")
     r = rows(doc)
     assert code == 0, json.dumps(doc["rows"], indent=1)[:3000]
     assert r["start-up"]["status"] == "passed" and r["generation"]["status"] == "passed"
@@ -358,7 +359,7 @@ def test_family_real_weight_trim_is_loadable_equivalent_and_drafts_with_its_mtp_
     """One server per output for every served check: equivalence and, with a kept MTP layer,
     speculative decoding (vLLM's counters must show drafted tokens)."""
     mtp = "mtp" in family
-    code, doc = validate(family_outputs(family)["weights"], "--equivalence", *(["--speculative"] if mtp else []))
+    code, doc = validate(family_outputs(family, "weights"), "--equivalence", *(["--speculative"] if mtp else []))
     r = rows(doc)
     assert code == 0, json.dumps(doc["rows"], indent=1)[:3000]
     assert doc["loadable"] is True
