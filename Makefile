@@ -74,11 +74,11 @@ run: $(STAMP)
 
 vllm: $(VLLM_STAMP)
 
-# Parallel test workers: one more than the cores, as part of every test waits (on a server
+# make test's parallel workers: one more than the cores, as part of every test waits (on a server
 # starting, a timer, a child); longest (vLLM) first. Each test is handed out alone except the
 # modules marked xdist_group, whose costly module fixture is then built once, on one worker.
 JOBS ?= $(shell echo $$(( $$(nproc) + 1 )))
-PYTEST := $(BIN)/python -m pytest -q -n $(JOBS) --dist loadgroup
+PYTEST := $(BIN)/python -m pytest -q --dist loadgroup
 
 # The whole suite, real vLLM servers included (CI's command).
 # The environments are made side by side (on a fresh clone most of their time is waiting on
@@ -88,7 +88,7 @@ environments: $(STAMP) $(VLLM_STAMP) $(RANGE_STAMPS)
 test:
 	@$(MAKE) --no-print-directory -j3 environments
 	MXTRIM_VLLM_PYTHON=$(abspath $(VLLM_VENV))/bin/python \
-	MXTRIM_TRANSFORMERS_RANGE="$(foreach v,$(TRANSFORMERS_RANGE),$(abspath .venv-transformers-$(v))/bin/python)" $(PYTEST)
+	MXTRIM_TRANSFORMERS_RANGE="$(foreach v,$(TRANSFORMERS_RANGE),$(abspath .venv-transformers-$(v))/bin/python)" $(PYTEST) -n $(JOBS)
 
 # Between two changes: every test that takes well under two seconds here (no vLLM, no
 # timers, signals or installs, no whole trims with their check child): the `slow` and `vllm`
@@ -96,7 +96,7 @@ test:
 # contends (on 2 cores: 74 to 78 s against 83 to 85 s with three workers, 2026-12-07).
 FAST_JOBS ?= $(shell nproc)
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -n $(FAST_JOBS) --dist loadgroup -m "not vllm and not slow"
+	$(PYTEST) -n $(FAST_JOBS) -m "not vllm and not slow"
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/inventory.py

@@ -66,7 +66,7 @@ def table(result) -> list[tuple]:
 def test_one_probe_answers_every_output_as_a_probe_of_each_alone(tmp_path):
     python, log = shim(tmp_path, sys.executable)
     outs = [output(tmp_path, "a"), output(tmp_path, "b"), output(tmp_path, "c", chat_template=False)]
-    batch = OfflineBatch(python, False, outs)
+    batch = OfflineBatch(python, outs)
     got = {out.name: batch(out, python, False) for out in outs[:2]}
     assert probes(log) == [[str(o) for o in outs]]  # one run, for all three
     env, rows = got["b"]
@@ -85,7 +85,7 @@ def test_one_probe_answers_every_output_as_a_probe_of_each_alone(tmp_path):
 def test_outputs_whose_earlier_run_is_reused_are_not_read(tmp_path):
     python, log = shim(tmp_path, sys.executable)
     outs = [output(tmp_path, "a"), output(tmp_path, "b"), output(tmp_path, "c")]
-    batch = OfflineBatch(python, False, outs, will_run=lambda out: out.name != "b")
+    batch = OfflineBatch(python, outs, will_run=lambda out: out.name != "b")
     batch(outs[0], python, False)
     batch(outs[2], python, False)
     assert probes(log) == [[str(outs[0]), str(outs[2])]]
@@ -94,7 +94,7 @@ def test_outputs_whose_earlier_run_is_reused_are_not_read(tmp_path):
 def test_a_batch_probe_that_crashes_leaves_each_output_to_its_own(tmp_path):
     python, log = shim(tmp_path, sys.executable, crash_many=True)
     outs = [output(tmp_path, "a"), output(tmp_path, "b", chat_template=False)]
-    batch = OfflineBatch(python, False, outs)
+    batch = OfflineBatch(python, outs)
     got = [batch(out, python, False) for out in outs]
     assert probes(log) == [[str(o) for o in outs], [str(outs[0])], [str(outs[1])]]
     assert [{r.check: r.status for r in rows}["chat template renders"] for _, rows in got] == ["passed", "not applicable"]
@@ -104,7 +104,7 @@ def test_a_batch_probe_that_crashes_leaves_each_output_to_its_own(tmp_path):
 def test_outputs_whose_own_code_may_run_keep_a_probe_each(tmp_path):
     python, log = shim(tmp_path, sys.executable)
     outs = [output(tmp_path, "a"), output(tmp_path, "b")]
-    batch = OfflineBatch(python, True, outs)
+    batch = OfflineBatch(python, outs)
     for out in outs:
         batch(out, python, True)
     assert probes(log) == [[str(outs[0])], [str(outs[1])]]

@@ -78,7 +78,7 @@ def test_an_architecture_registered_by_a_plugin_is_found_with_its_origin(layered
     monkeypatch.delenv("VLLM_PLUGINS", raising=False)
     second = shutil.copytree(out, tmp_path / "second")
     noted, log = shim(tmp_path, python)
-    batch = OfflineBatch(noted, False, [out, second])
+    batch = OfflineBatch(noted, [out, second])
     env, rows = batch(out, noted, False)
     row = next(r for r in rows if r.check == "architecture registered in this vLLM")
     env2, rows2 = batch(second, noted, False)

@@ -76,7 +76,7 @@ def validate_many(args) -> int:
             from ..core.validate.offline import OfflineBatch
 
             # vLLM's registry read once, for the outputs that will be validated (not reused)
-            offline = OfflineBatch(vllm.python, args.trust_remote_code, outputs,
+            offline = OfflineBatch(vllm.python, outputs,
                                    will_run=lambda o: _reused_row(args, o, vllm, now, "", quiet=True).state != batch.REUSED)
             for i, out in enumerate(outputs):
                 running[:] = [i]

@@ -47,17 +47,16 @@ class OfflineBatch:
     ``timeout``: seconds per output the probe may take in all (as a lone probe may) before it
     is stopped; those it did not answer are probed alone."""
 
-    def __init__(self, python: str, trust_remote_code: bool, outputs: list[Path], timeout: float = 300.0,
-                 will_run=lambda out: True) -> None:
+    def __init__(self, python: str, outputs: list[Path], timeout: float = 300.0, will_run=lambda out: True) -> None:
         """``will_run(out)``: whether a later output will be validated (not its earlier run reused)."""
-        self.python, self.trust, self.timeout, self.will_run = python, trust_remote_code, timeout, will_run
+        self.python, self.timeout, self.will_run = python, timeout, will_run
         self.outputs = [Path(o).resolve() for o in outputs]
         self.asked: set[Path] = set()
         self.found: dict[Path, tuple[dict, tuple]] = {}
 
     def __call__(self, out: Path, python: str, trust_remote_code: bool) -> tuple[dict, list]:
         out = Path(out).resolve()
-        if python != self.python or trust_remote_code or self.trust or out not in self.outputs:
+        if python != self.python or trust_remote_code or out not in self.outputs:
             return offline_checks(out, python, trust_remote_code)
         if out not in self.asked:
             later = [o for o in self.outputs[self.outputs.index(out) + 1:] if o not in self.asked and self.will_run(o)]
