@@ -72,3 +72,11 @@ def test_auto_keeps_to_the_users_visible_devices():
     uuids = dataclasses.replace(box({}), visible_devices="GPU-8f2c1a6e-0000-0000-0000-000000000000")
     assert choose_devices("auto", uuids, count=1).gpus == "0"
 
+
+
+def test_a_ray_clusters_gpu_count_reads_as_a_person_writes_it():
+    """One worker placed by vLLM's Ray executor is "1 GPU", not "1 GPUs"."""
+    from mxtrim_tui.core.validate.devices import across_ray_cluster
+
+    assert across_ray_cluster("auto", box({}), 1).note.startswith("1 GPU across the Ray cluster")
+    assert across_ray_cluster("cuda", box({}), 4).note.startswith("4 GPUs across the Ray cluster")

@@ -38,13 +38,15 @@ def _gpu_folder(path: Path, count: int) -> Path:
 
 
 @contextlib.contextmanager
-def node_environment(built):  # noqa: F811
+def node_environment(built, python: str | None = None):  # noqa: F811
     """What the raylets started inside see (and pass on to their tasks): the stand-ins on the
-    path, no GPUs named, each node's own vLLM interpreter; the test process's own restored after."""
+    path (``python``, the real vLLM: none, only mxtrim), no GPUs named, each node's own vLLM
+    interpreter; the test process's own restored after."""
     saved = {k: os.environ.get(k) for k in ("STANDIN_GPU_DIR", "PYTHONPATH", "MXTRIM_VLLM_PYTHON", "CUDA_VISIBLE_DEVICES")}
-    os.environ["MXTRIM_VLLM_PYTHON"] = built["python"]
+    os.environ["MXTRIM_VLLM_PYTHON"] = python or built["python"]
     os.environ.pop("CUDA_VISIBLE_DEVICES", None)
-    os.environ["PYTHONPATH"] = os.pathsep.join([str(built["root"] / "standin"), str(REPO)])
+    os.environ.pop("STANDIN_GPU_DIR", None)
+    os.environ["PYTHONPATH"] = os.pathsep.join(([] if python else [str(built["root"] / "standin")]) + [str(REPO)])
     try:
         yield
     finally:
@@ -163,7 +165,7 @@ def test_a_server_of_two_gpus_goes_to_the_node_that_has_two_and_four_fit_nowhere
     assert [row["state"] for row in doc["rows"]] == ["refused"] * 2 and r.returncode == 1
     note = doc["rows"][0]["note"]
     assert "takes 4 GPUs (TP 4 × PP 1): not enough GPUs in the Ray cluster: 4 needed, 3 in all (" in note, note
-    assert ": 2, " in note and note.endswith(": 1)")  # each node's GPUs, the most first
+    assert ": 2, " in note and note.endswith(": 1); to serve on the CPU instead: --device cpu")  # each node's GPUs, the most first
     assert not events(cluster["dirs"][cluster["head"].node_id]) and standin_servers(built) == []
 
 
@@ -316,3 +318,48 @@ def test_a_real_cpu_build_validation_as_a_ray_task_gives_the_verdicts_of_a_local
     assert kv(there) == kv(here) > 0
     assert there["settings"] == here["settings"] and there["python"] == VLLM_PYTHON
     assert servers(tmp_path) == []
+
+
+@pytest.fixture(scope="module")
+def cpu_cluster(built):  # noqa: F811
+    """A cluster of the CPU build: one node declaring no GPU, whose validations find the real
+    vLLM CPU build ($MXTRIM_VLLM_PYTHON of its raylet) and no stand-in GPU."""
+    c = Cluster()
+    with node_environment(built, python=VLLM_PYTHON or sys.executable):
+        c.add_node(num_cpus=2, num_gpus=0, include_dashboard=False)
+        c.wait_for_nodes()
+    yield c
+    c.shutdown()
+
+
+@needs_vllm
+def test_without_device_a_cluster_without_gpus_serves_on_the_cpu_as_a_local_run_does(cpu_cluster, tmp_path):
+    """No --device: a cluster whose nodes declare no GPU serves each output on the CPU (the real
+    vLLM CPU build), as `validate --all` does on a machine without GPUs, instead of refusing it."""
+    models = tmp_path / "models"
+    models.mkdir()
+    out = shutil.copytree(small_llama_output(tmp_path / "src", "dummy"), models / "llama-dummy")
+    r = subprocess.run(cli_argv("validate", "--all", str(models), "--serve", "--again", "--python", VLLM_PYTHON,
+                                "--json", "--ray", cpu_cluster.address),
+                       capture_output=True, text=True, env=driver_env(), timeout=900)
+    assert "not enough GPUs" not in r.stderr, r.stderr[-3000:]
+    assert r.returncode == 0, r.stderr[-3000:]
+    (row,) = json.loads(r.stdout)["rows"]
+    assert row["state"] == "validated" and row["ok"] and row["node"], row
+    assert row["cells"]["start-up"]["status"] == row["cells"]["generation"]["status"] == "passed", row
+    run = json.loads((out / "validation.json").read_text())["runs"][-1]
+    assert run["settings"]["device"] == "cpu" and run["settings"]["gpus"] is None, run["settings"]
+    assert servers(tmp_path) == []
+
+
+def test_a_gpu_device_on_a_cluster_without_gpus_is_refused_naming_the_cpu(built, cpu_cluster, tmp_path):  # noqa: F811
+    models = workspace(built, tmp_path, ["a"])
+    r = subprocess.run(cli_argv("validate", "--all", str(models), "--serve", "--again", "--device", "cuda", "--json",
+                                "--ray", cpu_cluster.address),
+                       capture_output=True, text=True, env=driver_env(), timeout=300)
+    doc = json.loads(r.stdout)
+    assert [row["state"] for row in doc["rows"]] == ["refused"] and r.returncode == 1, r.stderr[-3000:]
+    note = doc["rows"][0]["note"]
+    assert "its server takes 1 GPU (TP 1 × PP 1): not enough GPUs in the Ray cluster: 1 needed, 0 in all (" in note, note
+    assert note.endswith("--device cpu"), note  # the fix, last
+    assert f"not started: {note}" in r.stderr

@@ -306,29 +306,30 @@ def _ray_cluster(args):
 
 def _validate_on_ray(ray, args, outputs: list[Path], rows: list, vllm, now: dict | None, publish, running: list[int]) -> None:
     """``validate --ray``: each output not reused is a Ray task (core.validate.ray_batch) on a
-    node with TP × PP GPUs (none with --device cpu); rows filled and ``publish()`` called as each
-    lands, with the node that ran it."""
+    node with TP × PP GPUs (none on the CPU: --device cpu, or auto where no node has a GPU);
+    rows filled and ``publish()`` called as each lands, with the node that ran it."""
     from ..core.validate import batch
     from ..core.units import plural
-    from ..core.validate.ray_batch import LOST, RayBatch, RayJob, across_nodes_refusal, gpu_nodes
+    from ..core.validate.ray_batch import LOST, RayBatch, RayJob, across_nodes_refusal, cluster_device, gpu_nodes
 
     total = len(outputs)
     nodes = gpu_nodes(ray)
     widest = nodes[0].gpus if nodes else 0
+    device = cluster_device(args.device, nodes)  # auto: the CPU where no node declares a GPU
     jobs = []
     for i, out in enumerate(outputs):
         serve = _serve_settings_to_run(args, out, i, total, rows, vllm, now)
         if serve is None:
             continue
         tp, pp = parallel_sizes(args, serve)
-        gpus = 0 if args.device == "cpu" else tp * pp
+        gpus = 0 if device == "cpu" else tp * pp
         # asked for vLLM's Ray executor, or no one node holds it: the server's workers span nodes
         if gpus and (gpus > widest or args.executor_backend == "ray"):
             refusal = across_nodes_refusal(gpus, nodes)
             if refusal is None:
                 jobs.append(RayJob(i, out, gpus, across=nodes[0]))
                 continue
-            why = f"its server takes {gpus} GPUs (TP {tp} × PP {pp}): {refusal}"
+            why = f"its server takes {plural(gpus, 'GPU')} (TP {tp} × PP {pp}): {refusal}"
             print(f"[{i + 1}/{total}] {out}: not started: {why}", file=sys.stderr, flush=True)
             rows[i] = batch.MatrixRow(str(out), batch.REFUSED, False, note=why)
             continue

@@ -7,6 +7,7 @@ import os
 from dataclasses import dataclass
 
 from ..probe.gpu import VISIBLE_DEVICES_ENV
+from ..units import plural
 
 
 @dataclass(frozen=True)
@@ -109,4 +110,4 @@ def across_ray_cluster(requested: str, probe, count: int) -> DeviceChoice:
     if requested == "cpu":
         return DeviceChoice("cpu", None, f"CPU, {count} worker(s) placed by vLLM's Ray executor ({where})")
     kind = requested if requested != "auto" else ("maca" if probe is not None and probe.vendor == "metax" else "cuda")
-    return DeviceChoice(kind, None, f"{count} GPUs across the Ray cluster at {where}, placed by vLLM's Ray executor")
+    return DeviceChoice(kind, None, f"{plural(count, 'GPU')} across the Ray cluster at {where}, placed by vLLM's Ray executor")

@@ -1,7 +1,8 @@
 """Validating a workspace across a Ray cluster (``mxtrim validate --all --ray [ADDRESS]``).
 
 Each output's validation is one Ray task, placed by Ray on a node with the GPUs its server
-needs (``num_gpus`` = TP × PP, whole devices; none on the CPU). The task runs on that node the
+needs (``num_gpus`` = TP × PP, whole devices; none on the CPU, which ``--device auto`` takes where
+no node declares a GPU, as a local run does where none is visible). The task runs on that node the
 very child a side-by-side batch runs, ``mxtrim validate OUT --json --progress``, in the node's
 interpreter (the one its Ray workers run), so the output's ``validation.json``, logs and
 README are what a local run writes, and the vLLM interpreter is resolved on that node
@@ -117,14 +118,28 @@ def gpu_nodes(ray) -> list[RayNode]:
     return sorted(nodes, key=lambda n: -n.gpus)
 
 
+def cluster_device(requested: str, nodes: list[RayNode]) -> str:
+    """The device the batch's servers run on (cpu | cuda | maca), chosen as a local run chooses
+    it (devices.choose_devices), the GPUs the live nodes declare standing for the visible ones:
+    ``auto`` is the CPU where no node declares a GPU. Ray places each server's GPUs, so none is
+    counted here."""
+    from ..probe.gpu import GpuInfo, GpuProbe
+    from .devices import choose_devices
+
+    gpus = tuple(GpuInfo(i, str(node), None, None, None)
+                 for i, node in enumerate(n for n in nodes for _ in range(n.gpus)))
+    return choose_devices(requested, GpuProbe("ray", bool(gpus), "no node of the Ray cluster declares a GPU", gpus),
+                          count=0).device
+
+
 def across_nodes_refusal(gpus: int, nodes: list[RayNode]) -> str | None:
     """Why a server of ``gpus`` GPUs cannot run even across the nodes (None: together they hold
-    enough), with the evidence: each node's GPUs."""
+    enough), with the evidence (each node's GPUs) and the fix that needs none."""
     total = sum(n.gpus for n in nodes)
     if gpus <= total:
         return None
     each = ", ".join(f"{n}: {n.gpus}" for n in nodes) or "no live node"
-    return f"not enough GPUs in the Ray cluster: {gpus} needed, {total} in all ({each})"
+    return f"not enough GPUs in the Ray cluster: {gpus} needed, {total} in all ({each}); to serve on the CPU instead: --device cpu"
 
 
 @dataclass
