@@ -7,7 +7,11 @@ and ``GET|HEAD /{repo}/resolve/{rev}/{file}`` with ``Range`` (206 and ``Content-
 ``X-Repo-Commit``, ``ETag``). A revision is a branch name or the commit itself. Every body byte
 served is counted, per file; ``ignore_range`` makes it answer 200 with the whole file, as some
 mirrors do, and ``short_answers`` one byte short of what its Content-Range says (all, or those
-a test picks). ``commit`` may be changed between requests: a branch that moved."""
+a test picks). ``commit`` may be changed between requests: a branch that moved.
+
+Everything is counted before the answer it counts goes out (a body's bytes as each piece is
+handed to the connection), so the counts are whole by the time a client has its answer: a
+test reads them as soon as its read returns, with nothing to wait for."""
 
 from __future__ import annotations
 
@@ -38,6 +42,7 @@ class HubStandIn:
         self.ranges: list[tuple[str, int, int]] = []  # (file, start, end exclusive) of every ranged answer sent
         self.old_commits: set[str] = set()  # earlier commits still served by their hash (main moved on)
         self.revisions: Counter = Counter()  # revision -> requests that named it
+        self.counting = threading.Lock()  # the accounting above, updated by every answering thread
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.endpoint = f"http://127.0.0.1:{self.server.server_port}"
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
@@ -97,7 +102,8 @@ class HubStandIn:
                 return "/".join(parts[:2]), parts[2:]
 
             def _revision_ok(self, rev: str) -> bool:
-                hub.revisions[rev] += 1
+                with hub.counting:
+                    hub.revisions[rev] += 1
                 return rev in ("main", hub.commit) or rev in hub.old_commits
 
             def do_HEAD(self) -> None:
@@ -144,12 +150,13 @@ class HubStandIn:
                 self._send_file(file, name, head)
 
             def _redirect(self, where: str) -> None:
+                with hub.counting:
+                    hub.redirects += 1
                 self.send_response(302)
                 self.send_header("Location", hub.endpoint + where)
                 self.send_header("X-Repo-Commit", hub.commit)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
-                hub.redirects += 1
 
             def _cdn(self) -> None:
                 """Where a redirect points: ``/cdn/ORG/NAME/REVISION/FILE``, ranges served as by resolve."""
@@ -167,6 +174,9 @@ class HubStandIn:
                     status, begin, count, span = 206, start, end + 1 - start, f"bytes {start}-{end}/{size}"
                     if hub.short_answers is True or (callable(hub.short_answers) and hub.short_answers(name, start, end)):
                         count -= 1
+                    if not head:
+                        with hub.counting:
+                            hub.ranges.append((name, start, end + 1))
                 self.send_response(status)
                 self.send_header("X-Repo-Commit", hub.commit)
                 # a file's identity, cheap for a sparse file of hundreds of GB (its content is not hashed)
@@ -179,21 +189,22 @@ class HubStandIn:
                 self.end_headers()
                 if not head:
                     sent = 0
-                    try:
-                        with open(file, "rb") as fh:  # read as it is sent: whole shards are never held in memory
-                            fh.seek(begin)
-                            while sent < count:
-                                chunk = fh.read(min(2**20, count - sent))
-                                if not chunk:
-                                    break
-                                hub._pace(len(chunk))
+                    with open(file, "rb") as fh:  # read as it is sent: whole shards are never held in memory
+                        fh.seek(begin)
+                        while sent < count:
+                            chunk = fh.read(min(2**20, count - sent))
+                            if not chunk:
+                                break
+                            hub._pace(len(chunk))
+                            with hub.counting:  # counted first: the client may have it the instant it is written
+                                hub.served[name] += len(chunk)
+                            try:
                                 self.wfile.write(chunk)
-                                sent += len(chunk)
-                    except (BrokenPipeError, ConnectionResetError):  # the client stopped reading
-                        pass
-                    hub.served[name] += sent
-                    if span:
-                        hub.ranges.append((name, start, end + 1))
+                            except (BrokenPipeError, ConnectionResetError):  # the client stopped reading
+                                with hub.counting:
+                                    hub.served[name] -= len(chunk)
+                                break
+                            sent += len(chunk)
 
         return Handler
 

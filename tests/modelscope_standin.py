@@ -7,7 +7,8 @@ What the ModelScope SDK's hub client asks (read in modelscope-hub 0.5.1, ``_lega
 ``CommittedDate``); and ``GET /api/v1/models/ORG/NAME/repo?Revision=&FilePath=``, which for a
 shard redirects to object storage (``/oss/…``) as ModelScope does, ranges served there. Errors
 as its API gives them: 404 for an absent repository or revision, 403 for a private one. Every
-body byte served is counted, per file (``tests/hub_standin.py`` serves the bytes)."""
+body byte served is counted, per file (``tests/hub_standin.py`` serves the bytes); like the rest
+of the accounting, before the answer goes out, so a test reads it as soon as its read returns."""
 
 from __future__ import annotations
 
@@ -67,7 +68,8 @@ class ModelScopeStandIn(HubStandIn):
                 return self._api_error(404, "not found")
 
             def _revision_ok(self, rev: str) -> bool:
-                hub.revisions[rev] += 1
+                with hub.counting:
+                    hub.revisions[rev] += 1
                 return rev in ("master", hub.commit) or rev in hub.old_commits
 
         return Handler

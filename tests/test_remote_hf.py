@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import struct
+import sys
 
 import pytest
 
@@ -67,6 +68,25 @@ def test_the_inventory_over_ranges_is_the_local_one_and_reads_headers_only(check
     record = json.loads((tmp_path / "tiny-llama" / MIRROR_RECORD).read_text())
     assert record["source"] == f"hf://{REPO}@{hub.commit}" and record["bytes_read"] == report.bytes_read
     assert record["shards_header_only"] == len(shards)
+
+
+def test_the_standin_has_counted_an_answer_by_the_time_the_client_has_it(checkpoint):
+    """What the tests read of the stand-in's accounting is whole as soon as a read returns:
+    each answer is counted before its bytes go out (a count read a moment early once saw a
+    shard's first 8 bytes and not its header). A long switch interval lets the reading thread
+    keep running once its answer is in, as a loaded machine does."""
+    shard = sorted(checkpoint.glob("*.safetensors"))[0].name
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1.0)
+    try:
+        with HubStandIn({REPO: checkpoint}, redirect=True) as hub:
+            repo = HfRepo(RemoteRef(REPO), endpoint=hub.endpoint)
+            for n in range(1, 101):
+                repo.read(shard, 0, 8)  # and at once, with no wait in between, what was counted
+                assert (hub.served[shard], len(hub.ranges), hub.redirects) == (8 * n, n, n)
+    finally:
+        sys.setswitchinterval(interval)
+    assert set(hub.ranges) == {(shard, 0, 8)}
 
 
 def test_a_mirror_that_ignores_range_is_refused_and_leaves_nothing(checkpoint, tmp_path):

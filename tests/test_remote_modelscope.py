@@ -9,8 +9,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 
@@ -82,6 +85,65 @@ def test_object_storage_that_ignores_range_is_refused(checkpoint, tmp_path):
         asked = list(ms.files_at)  # recorded as each download is asked for
     assert len(asked) == 1  # found out by the first answer: nothing more was asked for
     assert not list(tmp_path.iterdir())
+
+
+class DroppingEndpoint:
+    """An address that takes each connection and closes it unanswered (a proxy or firewall
+    that cuts it), counting them. ``taken()`` waits for every connection made before it is
+    called: it connects once more itself and counts until that connection comes through."""
+
+    def __init__(self):
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.endpoint = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+        self.count, self.mark, self.marked = 0, None, threading.Event()
+        threading.Thread(target=self._take, daemon=True).start()
+
+    def _take(self) -> None:
+        while not self.marked.is_set():
+            conn, peer = self.listener.accept()
+            conn.close()
+            if peer == self.mark:
+                self.marked.set()
+            else:
+                self.count += 1
+
+    def taken(self) -> int:
+        with socket.socket() as own:
+            own.bind(("127.0.0.1", 0))
+            self.mark = own.getsockname()
+            own.connect(self.listener.getsockname())
+            assert self.marked.wait(120), "the mark connection never came through"
+        self.listener.close()
+        return self.count
+
+
+@pytest.mark.parametrize("nobody", ["closed port", "connections cut"])
+def test_no_answer_at_the_endpoint_is_one_whole_line_at_once(nobody):
+    """`mxtrim inspect ms://…` where nothing answers: one line naming the endpoint and what to
+    do, none of the SDK's log lines, and the endpoint tried once, not again after back-offs."""
+    if nobody == "closed port":
+        with ModelScopeStandIn({}) as ms:
+            endpoint = ms.endpoint  # closed on leaving: nothing listens there now
+        dropping = None
+    else:
+        dropping = DroppingEndpoint()
+        endpoint = dropping.endpoint
+    began = time.monotonic()
+    r = run_cli("inspect", f"ms://{REPO}", env={"MODELSCOPE_ENDPOINT": endpoint, "MODELSCOPE_LOG_LEVEL": "INFO"})
+    took = time.monotonic() - began
+    tries = dropping.taken() if dropping else None  # every connection it made, counted
+    said = (r.stdout + r.stderr).strip()
+    print(f"{nobody}: told in {took:.2f} s: {said}")  # measured, never asserted
+    assert r.returncode == 1 and len(said.splitlines()) == 1, said
+    assert said.startswith(f"mxtrim: error: ms://{REPO}@master: ") and f"no answer from {endpoint}" in said
+    assert "check the network" in said and "MODELSCOPE_ENDPOINT" in said and "local folder" in said
+    assert "WARNING" not in said and "retry" not in said.lower() and "Traceback" not in said
+    # whole: the reason as the system gave it, not cut off inside a bracket
+    assert said.count("(") == said.count(")") and said.count("[") == said.count("]") and said.endswith(")")
+    if nobody == "closed port":
+        assert "Connection refused" in said
+    else:
+        assert tries == 1  # one connection: no retries
 
 
 def test_without_the_sdk_one_message_says_what_to_install(monkeypatch):

@@ -11,6 +11,12 @@ requests are mxtrim's own, checked as for the Hub (read/remote.py), with the SDK
 the two ways its own client sends it (an ``Authorization: Bearer`` header and the
 ``m_session_id`` cookie).
 
+Where nothing answers: the endpoint is asked once, by a plain request of mxtrim's own with a
+short connect timeout, before the SDK is asked anything, so a refused, cut or unreachable
+connection is one error at once (the SDK's listing would try four times, with back-offs,
+logging each try). The SDK's log lines and warnings are kept off the terminal during mxtrim's
+calls: what went wrong is told in mxtrim's one line.
+
 Pinning: ModelScope names no head commit for a branch, but every listed file carries the
 commit that last changed it; the newest of them is the commit whose tree the listing shows,
 and every file is then read at that commit, so a branch that moves meanwhile cannot mix two
@@ -19,12 +25,15 @@ commits. A revision given as a commit id is read as it is.
 
 from __future__ import annotations
 
+import logging
 import re
+import warnings
 from contextlib import contextmanager
 from datetime import datetime
 
 from .remote import RangedRepo, RemoteError, RemoteFile, RemoteRef
 
+CONNECT_S = 5  # seconds to open a connection: an endpoint that takes no connection is told at once
 NEEDS = "ms:// sources need the ModelScope SDK 1.40 or newer: pip install 'mxtrim-tui[modelscope]' (or 'modelscope>=1.40')"
 
 
@@ -35,6 +44,40 @@ def _sdk():
     except ImportError:
         raise RemoteError(NEEDS) from None
     return HubApi, get_default_config
+
+
+@contextmanager
+def _quiet():
+    """The SDK's log lines (its own handler on ``modelscope_hub``, retries logged as WARNING)
+    and warnings (MODELSCOPE_DOMAIN's deprecation) kept off the terminal for one call."""
+    logger = logging.getLogger("modelscope_hub")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL + 1)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logger.setLevel(level)
+
+
+def _reason(exc: BaseException) -> str:
+    """The innermost reason of a failed connection, as the system gave it ("[Errno 111]
+    Connection refused", "[Errno -2] Name or service not known"), found through the chain of
+    wrappers that requests, urllib3 and the SDK put around it: the deepest exception with a
+    message of its own."""
+    said, depth, todo, seen = "", -1, [(exc, 0)], set()
+    while todo:
+        e, d = todo.pop(0)
+        if id(e) in seen:
+            continue
+        seen.add(id(e))
+        inner = [x for x in (*e.args, getattr(e, "reason", None), e.__cause__, e.__context__) if isinstance(x, BaseException)]
+        text = (str(e).strip().splitlines() or [""])[0]
+        if text and not any(isinstance(a, BaseException) for a in e.args) and d > depth:
+            said, depth = text, d
+        todo += [(x, d + 1) for x in inner]
+    return said or type(exc).__name__
 
 
 def _when(value) -> float:
@@ -54,31 +97,61 @@ class MsRepo(RangedRepo):
 
     def __init__(self, ref: RemoteRef, endpoint: str | None = None, token: str | None = None):
         HubApi, get_default_config = _sdk()
-        config = get_default_config()
+        with _quiet():
+            config = get_default_config()
         super().__init__(ref, (endpoint or config.endpoint).rstrip("/"), token or config.token)
         self._client = HubApi(endpoint=self.endpoint, token=self.token).legacy
         self._session = None
+        self._reached = False
         self._listing: list[dict] | None = None
 
     def _failed(self, exc: Exception, what: str) -> RemoteError:
         """The SDK's exceptions in one sentence, with what to do."""
         name = type(exc).__name__
         said = (str(exc).strip().splitlines() or [name])[0][:300]
+        network = "Network" in name or "Timeout" in name or "Connect" in name
+        if network:
+            said = _reason(exc)
         if name == "NotExistError":
             advice = (f"no such repository, or no revision {self.ref.revision!r} in it: check the name and the revision "
                       "(ModelScope's default branch is master)")
         elif name in ("PermissionDeniedError", "AuthenticationError"):
             advice = ("the repository is private or needs its terms accepted: accept them on ModelScope and give a token "
                       "(MODELSCOPE_API_TOKEN, or modelscope login)")
-        elif "Network" in name or "Timeout" in name or "Connect" in name:
-            advice = f"no answer from {self.endpoint}: check the network, or point MODELSCOPE_ENDPOINT at one you can reach"
+        elif network:
+            advice = (f"no answer from {self.endpoint}: check the network, or point MODELSCOPE_ENDPOINT at one you can "
+                      "reach, or download the repository and give its local folder")
         else:
             advice = "see the message; the source was not read"
         return RemoteError(f"{self.ref}: {what}: {said} ({advice})")
 
-    def _list(self, revision: str) -> list[dict]:
+    def _http(self):
+        """mxtrim's own HTTP session with the endpoint (no retries), with the SDK's token."""
+        import requests
+
+        if self._session is None:
+            self._session = requests.Session()
+            if self.token:
+                self._session.cookies.set("m_session_id", self.token)
+        return self._session
+
+    def _reach(self) -> None:
+        """Ask the endpoint once whether it answers at all (any HTTP answer will do); where it
+        takes no connection, or cuts it, one error now rather than the SDK's retries."""
+        if self._reached:
+            return
         try:
-            entries = self._client.list_repo_files(repo_id=self.ref.repo, repo_type="model", revision=revision, recursive=True)
+            self._http().head(self.endpoint + "/", timeout=(CONNECT_S, 30), allow_redirects=False).close()
+        except Exception as exc:  # noqa: BLE001 - refused, cut, unreachable, timed out, a bad address
+            raise self._failed(exc, "its files could not be listed") from None
+        self._reached = True
+
+    def _list(self, revision: str) -> list[dict]:
+        self._reach()
+        try:
+            with _quiet():
+                entries = self._client.list_repo_files(repo_id=self.ref.repo, repo_type="model", revision=revision,
+                                                       recursive=True)
         except Exception as exc:  # noqa: BLE001 - every SDK failure becomes one RemoteError
             raise self._failed(exc, "its files could not be listed") from None
         return [e for e in entries if isinstance(e, dict) and (e.get("Type") or "blob") != "tree"]
@@ -114,12 +187,6 @@ class MsRepo(RangedRepo):
 
     @contextmanager
     def _stream(self, path: str, headers: dict):
-        import requests
-
-        if self._session is None:
-            self._session = requests.Session()
-            if self.token:
-                self._session.cookies.set("m_session_id", self.token)
         url = self._client.get_download_url(self.ref.repo, "model", path, self.commit)
-        with self._session.get(url, headers=headers, stream=True, timeout=(10, 120)) as answer:
+        with self._http().get(url, headers=headers, stream=True, timeout=(CONNECT_S, 120)) as answer:
             yield answer.status_code, answer.headers, answer.iter_content(2**20)
