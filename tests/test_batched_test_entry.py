@@ -1,21 +1,26 @@
 """The batched_test harness entry of an output (``mxtrim trim --batched-test-config FILE``,
 ``mxtrim batched-test-entry OUT... --config FILE`` / ``--all``), read back as the harness
-reads it: with a YAML library. The hand-written part of the file stays byte for byte; a name
-already there or a malformed file is refused, the file untouched."""
+reads it: with a YAML library, its ``model_path`` from the folder ``launch.py`` is started in
+(``tools/batched_test``), and served from there by the harness's own command line. The
+hand-written part of the file stays byte for byte; a name already there or a malformed file is
+refused, the file untouched."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
 import yaml
 
+import harness_standin
 from engine_support import run_cli
 from mxtrim_tui.core.errors import InputError
 from mxtrim_tui.core.write import batched_test_entry
 from mxtrim_tui.core.write.batched_test_entry import append_entries, entry_for_output
+from test_validate import VLLM_PYTHON, needs_vllm
 
 HAND_WRITTEN = """\
 # smoke tests of the trimmed models (kept by hand)
@@ -61,7 +66,7 @@ def built(tmp_path_factory):
     r = run_cli("trim", str(ds), "--mode", "dummy", "--mtp", "--out", str(models / "dsv3-mtp-dummy"))
     assert r.returncode == 0, r.stderr
     return {"ws": ws, "models": models, "smoke": smoke, "runs": runs, "smoke_text": smoke.read_bytes(),
-            "llama": llama}
+            "llama": llama, "harness": ws / "tools" / "batched_test"}
 
 
 def entries(path: Path) -> dict[str, dict]:
@@ -70,10 +75,15 @@ def entries(path: Path) -> dict[str, dict]:
     return {e["name"]: e for e in doc}
 
 
-def resolved(config: Path, model_path: str) -> Path:
-    """The output a model_path names, as the harness resolves it: from the YAML's folder."""
-    assert model_path.startswith(("./", "../")), model_path  # else the harness takes a Hub id
-    return Path(os.path.abspath(config.parent / model_path))
+def resolved(harness: Path, model_path: str) -> Path:
+    """The output a model_path names, as the harness's server reads it: from the folder
+    ``launch.py`` is started in (``tools/batched_test``), where its ``vllm serve`` runs."""
+    assert model_path.startswith("./") or os.path.isabs(model_path), model_path  # a local path, never a Hub id
+    return Path(os.path.normpath(os.path.join(harness, model_path)))
+
+
+def read_from(harness: Path) -> str:
+    return f"model_path is read from {harness}, the folder launch.py is started in"
 
 
 def test_trim_appends_after_the_hand_written_text_left_byte_for_byte(built):
@@ -88,13 +98,16 @@ def test_trim_appends_after_the_hand_written_text_left_byte_for_byte(built):
     # what the CLI said it appended is what the file holds
     out = built["runs"]["dummy"].stdout
     assert "batched_test: 'llama-dummy-1layers' appended to" in out and str(smoke) in out
+    # the folder model_path is read from is said, on the command's output and above the entry
+    assert f"batched_test: {read_from(built['harness'])}" in out
+    assert f"# {read_from(built['harness'])}\n- name: 'llama-dummy-1layers'" in smoke.read_text()
 
 
 def test_the_dummy_entry_serves_the_output_as_its_report_does(built):
     smoke, models = built["smoke"], built["models"]
     e = entries(smoke)["llama-dummy-1layers"]
-    assert e["model_path"] == "../models/llama-dummy-1layers"
-    assert resolved(smoke, e["model_path"]) == models / "llama-dummy-1layers"
+    assert e["model_path"] == "./models/llama-dummy-1layers"
+    assert resolved(built["harness"], e["model_path"]) == models / "llama-dummy-1layers"
     serve = json.loads((models / "llama-dummy-1layers" / "mxtrim-plan.json").read_text())["serve"]
     assert e["serve_config"] == {
         "tp": 1, "pp": 1, "dp": 1, "gpu_memory_utilization": 0.7, "max_model_len": 128,
@@ -122,9 +135,55 @@ def test_a_kept_mtp_layer_is_served_with_speculative_decoding(built, tmp_path):
     e = entries(config)["dsv3-mtp-dummy"]
     assert json.loads(e["serve_config"]["extra_args"]["--speculative-config"]) == SPECULATIVE
     assert e["tags"] == ["dummy-smoke", "moe"]
-    assert resolved(config, e["model_path"]) == built["models"] / "dsv3-mtp-dummy"
+    # a model YAML outside the harness folder: model_path is read from the output's one
+    assert resolved(built["harness"], e["model_path"]) == built["models"] / "dsv3-mtp-dummy"
+    assert f"batched_test: {read_from(built['harness'])}" in r.stdout
     # the file was created: it is the entry alone
     assert yaml.safe_load(config.read_text()) == [e]
+
+
+def test_an_output_outside_the_harness_folder_is_entered_by_its_absolute_path(built, tmp_path):
+    harness = tmp_path / "vLLM-metax" / "tools" / "batched_test"
+    config = harness / "configs" / "smoke.yaml"
+    config.parent.mkdir(parents=True)
+    config.write_text(HAND_WRITTEN)
+    out = tmp_path / "elsewhere" / "llama-dummy-1layers"
+    shutil.copytree(built["models"] / "llama-dummy-1layers", out)
+    r = run_cli("batched-test-entry", str(out), "--config", str(config))
+    assert r.returncode == 0, r.stderr
+    e = entries(config)["llama-dummy-1layers"]
+    assert e["model_path"] == str(out) and resolved(harness, e["model_path"]) == out
+    said = f"model_path is absolute: the output is outside {harness}, the folder launch.py is started in"
+    assert f"batched_test: {said}" in r.stdout and f"# {said}\n" in config.read_text()
+    assert config.read_text().startswith(HAND_WRITTEN)
+
+
+@needs_vllm
+def test_the_harness_started_in_its_folder_serves_the_entry(built, tmp_path, monkeypatch):
+    """The harness's own command line for the entry ``trim --batched-test-config`` wrote, run
+    from the folder launch.py is started in: the server finds the output and answers. On the
+    CPU build of vLLM: its OpenAI server module for the ``vllm`` command (which cannot start
+    there), and the KV budget and dtype a CPU validation gives it, added to ``extra_args``."""
+    from mxtrim_tui.core.validate.serve import (API_SERVER_MODULE, Server, ServeOptions, cpu_serve_dtype, free_port,
+                                                serve_env)
+
+    harness, out = built["harness"], built["models"] / "llama-dummy-1layers"
+    entry = harness_standin.entry_named(built["smoke"], "llama-dummy-1layers")
+    entry["serve_config"]["extra_args"] |= {"--kv-cache-memory-bytes": 64 << 20, "--dtype": cpu_serve_dtype(out)}
+    port = free_port()
+    argv = harness_standin.serve_argv(entry, port)
+    assert argv[:3] == ["vllm", "serve", entry["model_path"]]
+    argv = [VLLM_PYTHON, "-m", API_SERVER_MODULE, "--model", argv[2], *argv[3:]]
+    env = serve_env(ServeOptions(python=VLLM_PYTHON, device="cpu")) | harness_standin.serve_env(entry)
+    monkeypatch.chdir(harness)  # launch.py's folder: its servers inherit it
+    server = Server(argv, env, tmp_path / "serve.log")
+    server.start()
+    try:
+        healthy, why = server.wait_healthy(f"http://{harness_standin.HARNESS_HOST}:{port}", timeout=600)
+    finally:
+        stopped = server.stop()
+    assert healthy, f"{why}\n" + "\n".join(list(server.tail)[-15:])
+    assert stopped.survivors == []
 
 
 def test_a_duplicate_name_is_refused_and_the_file_untouched(built, tmp_path):
@@ -202,7 +261,7 @@ def test_all_enters_every_mxtrim_output_of_the_workspace_once(built, tmp_path):
     assert r.returncode == 0, r.stderr
     found = entries(config)
     assert sorted(found) == ["dsv3-mtp-dummy", "llama-dummy-1layers", "llama-weights-1layers"]
-    assert all(resolved(config, e["model_path"]) == built["models"] / name for name, e in found.items())
+    assert all(resolved(built["harness"], e["model_path"]) == built["models"] / name for name, e in found.items())
     assert "left out (not written by mxtrim): hand-made" in r.stdout
     # again: every name is there already, left as it is
     before = config.read_bytes()

@@ -52,7 +52,9 @@ async def test_the_write_appends_the_entry_to_the_model_yaml_typed_on_the_output
         await type_config(app, pilot, screen, CONFIG)
         out = app.state.output_path
         said = plain(screen.query_one("#batched-test-summary"), width=400)
-        assert f"appends the entry '{out.name}' to {config}" in said and f"model_path ../models/{out.name}" in said
+        harness = ws / "tools" / "batched_test"  # where launch.py is started: model_path is read from there
+        assert f"appends the entry '{out.name}' to {config}" in said and f"model_path ./models/{out.name}" in said
+        assert f"read from {harness}, the folder launch.py is started in" in said
         await pilot.press("ctrl+s")
         run = app.get_screen("run")
         assert await wait_for(pilot, lambda: app.state.last_output is not None and not run.running, timeout=120)
@@ -65,7 +67,7 @@ async def test_the_write_appends_the_entry_to_the_model_yaml_typed_on_the_output
     assert text.startswith(HAND_WRITTEN)
     hand, entry = yaml.safe_load(text)
     assert hand["name"] == "hand-made" and entry["name"] == out.name
-    assert Path(os.path.abspath(config.parent / entry["model_path"])) == out
+    assert entry["model_path"] == f"./models/{out.name}" and Path(os.path.abspath(harness / entry["model_path"])) == out
     assert entry["tags"] == ["dummy-smoke", "moe"] and entry["serve_config"]["extra_args"]["--load-format"] == "dummy"
 
 
@@ -78,7 +80,7 @@ async def test_a_name_already_in_the_file_is_refused_before_anything_is_written(
     async with app.run_test(size=(120, 40)) as pilot:
         screen = await at_output_step(app, pilot)
         out = app.state.output_path
-        taken = HAND_WRITTEN + f"- name: {out.name}\n  model_path: ../models/{out.name}\n"
+        taken = HAND_WRITTEN + f"- name: {out.name}\n  model_path: ./models/{out.name}\n"
         config.write_text(taken)
         await type_config(app, pilot, screen, CONFIG)
         said = plain(screen.query_one("#batched-test-summary"), width=400)

@@ -18,8 +18,9 @@ def register(sub) -> None:
                         "model YAML (read from each output's mxtrim-plan.json)")
     be.add_argument("output", metavar="OUT", nargs="*", type=Path, help="directories written by mxtrim trim")
     be.add_argument("--config", type=Path, metavar="FILE", required=True,
-                    help="the batched_test model YAML to append to (created if absent); model_path is written relative "
-                    "to its folder")
+                    help="the batched_test model YAML to append to (created if absent); model_path is written as the "
+                    "harness reads it: from the tools/batched_test folder launch.py is started in (the YAML's, else "
+                    "the output's), absolute for an output outside it")
     be.add_argument("--all", metavar="FOLDER", nargs="?", const="", dest="all_in",
                     help="every mxtrim output in FOLDER (default: ./tools/batched_test/models/); those whose name the "
                     "file already has are left as they are")

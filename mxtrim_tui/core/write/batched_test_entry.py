@@ -1,11 +1,16 @@
 """The batched_test harness entry of an output: the list item of a ``tools/batched_test``
-model YAML that serves it (``python -m tools.batched_test.launch --model-config FILE``).
+model YAML that serves it (``cd tools/batched_test && python launch.py --model-config FILE``).
 
 Everything comes from the output's ``mxtrim-plan.json`` (mode, MTP, kept stacks and layer
 kinds, serve settings), in the form the harness reads:
 
-- ``model_path`` relative to the YAML's folder, starting with ``./`` or ``../`` (the harness
-  reads a bare relative name as a Hub repository);
+- ``model_path`` as the harness's ``vllm serve`` reads it: the harness passes it unchanged to
+  ``vllm serve``, which runs in the folder ``launch.py`` is started in, ``tools/batched_test``
+  (vLLM-MetaX's tools/batched_test/README.md: relative paths are based on that folder;
+  model_worker.py, ``prepare_serve_cmd``). So ``./models/<out>`` from that folder when the
+  output is inside it (``./`` first: vLLM reads a bare name it cannot find as a Hub
+  repository), else the output's absolute path. The folder is the ``tools/batched_test`` the
+  YAML is in, else the one the output is in; the entry's comment and the command say which;
 - ``serve_config``: ``tp``/``pp``/``dp``, ``gpu_memory_utilization``, ``max_model_len``, and
   ``extra_args`` as a mapping, ``null`` for a switch (``true`` would add a ``True`` argument):
   ``--load-format dummy`` (dummy outputs), ``--max-num-seqs``, ``--max-num-batched-tokens``,
@@ -36,11 +41,32 @@ from ..errors import InputError
 from ..new_file import write_beside, write_new_file
 from ..version import mxtrim_version
 from .report import MTP_SPECULATIVE
+from .writer import DEFAULT_MODELS_DIR
 
 PLAN_NAME = "mxtrim-plan.json"
 MAX_CONFIG_BYTES = 16 << 20  # a model list is kilobytes; anything this large is not one
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 MOE_KINDS = ("moe", "hash-moe")
+HARNESS_FOLDER = DEFAULT_MODELS_DIR.parent  # tools/batched_test: where launch.py is started
+
+
+@dataclass(frozen=True)
+class ModelPath:
+    """An entry's ``model_path`` and the harness folder it assumes: ``base``, the folder it is
+    read from (None: an absolute path), ``harness``, the folder launch.py is started in (None:
+    neither the YAML nor the output is in one)."""
+
+    path: str
+    base: Path | None
+    harness: Path | None
+
+    @property
+    def said(self) -> str:
+        if self.base is not None:
+            return f"model_path is read from {self.base}, the folder launch.py is started in"
+        if self.harness is not None:
+            return f"model_path is absolute: the output is outside {self.harness}, the folder launch.py is started in"
+        return f"model_path is absolute: neither the model YAML nor the output is in a {HARNESS_FOLDER.as_posix()} folder"
 
 
 @dataclass(frozen=True)
@@ -50,11 +76,14 @@ class Entry:
     name: str
     fields: dict
     comment: str = ""
+    model_path: ModelPath | None = None
 
     def yaml(self) -> str:
-        """The entry as a YAML list item (with its comment line), ending in a newline."""
-        head = f"# {self.comment}\n" if self.comment else ""
-        return head + "\n".join(_block_item(self.fields, 0)) + "\n"
+        """The entry as a YAML list item (with its comment lines), ending in a newline."""
+        notes = [self.comment] if self.comment else []
+        if self.model_path is not None:
+            notes.append(_one_line(self.model_path.said))
+        return "".join(f"# {n}\n" for n in notes) + "\n".join(_block_item(self.fields, 0)) + "\n"
 
 
 @dataclass
@@ -70,23 +99,42 @@ class Appended:
     def text(self) -> str:
         return "\n".join(e.yaml() for e in self.entries)
 
+    @property
+    def model_paths_said(self) -> list[str]:
+        """Which folder the appended entries' model_path assume, once each."""
+        return list(dict.fromkeys(e.model_path.said for e in self.entries if e.model_path is not None))
+
     def to_json(self) -> dict:
         return {"config": str(self.config), "appended": [e.name for e in self.entries], "already_present": self.present,
-                "created": self.created, "text": self.text}
+                "created": self.created, "text": self.text,
+                "model_paths": {e.name: {"model_path": e.model_path.path,
+                                         "relative_to": str(e.model_path.base) if e.model_path.base is not None else None,
+                                         "harness_folder": str(e.model_path.harness) if e.model_path.harness is not None else None}
+                                for e in self.entries if e.model_path is not None},
+                "model_paths_said": self.model_paths_said}
 
 
 # --- the entry, from mxtrim-plan.json ------------------------------------------------------
 
-def model_path_for(output: Path, config: Path) -> str:
-    """``output`` relative to the folder of ``config``, as the harness resolves it (``./`` or
-    ``../`` first; an absolute path when there is no relative one)."""
-    base = Path(os.path.abspath(config)).parent
-    target = os.path.abspath(output)
-    try:
-        rel = os.path.relpath(target, base)
-    except ValueError:  # another drive: no relative path
-        return target
-    return rel if rel.startswith("..") else "./" + rel
+def harness_folder(path: Path) -> Path | None:
+    """The ``tools/batched_test`` folder ``path`` is in (or is), None when it is in none."""
+    here = Path(os.path.abspath(path))
+    depth = len(HARNESS_FOLDER.parts)
+    for folder in (here, *here.parents):
+        if folder.parts[-depth:] == HARNESS_FOLDER.parts:
+            return folder
+    return None
+
+
+def model_path_for(output: Path, config: Path) -> ModelPath:
+    """``output`` as the harness's ``vllm serve`` reads it: from the folder launch.py is started
+    in (the YAML's ``tools/batched_test``, else the output's) as ``./...`` when the output is
+    inside it, else its absolute path."""
+    target = Path(os.path.abspath(output))
+    harness = harness_folder(config) or harness_folder(target)
+    if harness is None or not target.is_relative_to(harness) or target == harness:
+        return ModelPath(str(target), None, harness)
+    return ModelPath("./" + target.relative_to(harness).as_posix(), harness, harness)
 
 
 def _plan_doc(output: Path) -> tuple[Path, dict]:
@@ -172,9 +220,10 @@ def entry_for_output(output: Path, config: Path) -> Entry:
     extra["--enforce-eager"] = None
     kept = doc.get("kept") if isinstance(doc.get("kept"), dict) else {}
     vision = bool(kept.get("vision"))
+    model_path = model_path_for(output, config)
     fields = {
         "name": output.name,
-        "model_path": model_path_for(output, config),
+        "model_path": model_path.path,
         "serve_config": {
             "tp": s["tp"],
             "pp": s["pp"],
@@ -191,7 +240,7 @@ def entry_for_output(output: Path, config: Path) -> Entry:
     text = kept.get("text") if isinstance(kept.get("text"), list) else []
     what = f"{model.get('name')} cut to {len(text)} text layer(s)" if isinstance(model.get("name"), str) else f"{len(text)} text layer(s)"
     comment = f"mxtrim {mxtrim_version()}: {what}, {mode}" + (", MTP kept" if doc.get("mtp_kept") is True else "")
-    return Entry(output.name, fields, _one_line(comment))
+    return Entry(output.name, fields, _one_line(comment), model_path)
 
 
 def _one_line(text: str) -> str:

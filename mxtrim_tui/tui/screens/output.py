@@ -35,7 +35,9 @@ class OutputScreen(WizardScreen):
         "checked as you type (exists, inside the source, writable, free space). Ctrl+S writes.\n\n"
         "batched_test model YAML (optional, relative paths from the workspace): the write appends the "
         "output's harness entry to it (tools/batched_test/launch.py --model-config FILE): model_path "
-        "relative to the YAML's folder, the serve settings, extra_args (null for switches), infer_type, "
+        "as the harness reads it, from the tools/batched_test folder launch.py is started in (the "
+        "YAML's, else the output's; absolute for an output outside it), the serve settings, "
+        "extra_args (null for switches), infer_type, "
         "tags, extra_env. The file is created if absent; its other entries are never rewritten; a file "
         "that is not a YAML list of entries, or already has an entry of the output's name, is refused "
         "here, before anything is written. Empty: no entry."
@@ -103,7 +105,8 @@ class OutputScreen(WizardScreen):
 
         entry = (repr(out.name), "bold green")
         said = ("appends the entry ", entry, f" to {config} ") if config.exists() else (f"creates {config} with the entry ", entry, " ")
-        shown.update(Text.assemble(*said, f"(model_path {model_path_for(out, config)})"))
+        model_path = model_path_for(out, config)
+        shown.update(Text.assemble(*said, f"(model_path {model_path.path}, {model_path.said.removeprefix('model_path is ')})"))
 
     def _batched_test_typed(self, value: str) -> None:
         self.app.state.batched_test_text = value.strip() or None
