@@ -1,5 +1,7 @@
-"""Child processes: that end with their parent (shared by the extraction script's runner and
-the vLLM server runner), and how every child mxtrim starts is stopped (:func:`stop_group`)."""
+"""Child processes: how every child mxtrim starts is started (:func:`start`, :func:`run`: a
+program the system refuses to start is one :class:`NotStarted` line), that they end with their
+parent (shared by the extraction script's runner and the vLLM server runner), and how they are
+stopped (:func:`stop_group`)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,45 @@ import subprocess
 import sys
 import threading
 import time
+
+from .errors import InputError
+
+
+def os_reason(exc: OSError) -> str:
+    """An operating-system error as a reason in a sentence: "permission denied", "exec format
+    error", "no such file or directory"."""
+    text = str(exc.strerror or exc)
+    return text[:1].lower() + text[1:]
+
+
+class NotStarted(InputError):
+    """A program the system refused to start (no execute permission, not a program, a folder
+    mounted without exec rights, a ``#!`` line naming what is not there...): one line naming
+    it and the system's reason, ``PROGRAM: cannot be used: REASON``."""
+
+    def __init__(self, program: str, exc: OSError):
+        self.program = str(program)
+        self.reason = f"cannot be used: {os_reason(exc)}"
+        super().__init__(self.program, self.reason)
+
+
+def start(argv: list[str], **kwargs) -> subprocess.Popen:
+    """``subprocess.Popen(argv, **kwargs)``: every child mxtrim starts (a judging interpreter,
+    vLLM's, a server, the extraction script) is started here, so that a start the system
+    refuses is a :class:`NotStarted`, never an ``OSError`` from deep in subprocess."""
+    try:
+        return subprocess.Popen(argv, **kwargs)
+    except OSError as exc:
+        raise NotStarted(kwargs.get("executable") or argv[0], exc) from None
+
+
+def run(argv: list[str], **kwargs) -> subprocess.CompletedProcess:
+    """``subprocess.run(argv, **kwargs)`` whose refused start is a :class:`NotStarted` (as
+    :func:`start`); a timeout is still ``subprocess.TimeoutExpired``."""
+    try:
+        return subprocess.run(argv, **kwargs)
+    except OSError as exc:
+        raise NotStarted(kwargs.get("executable") or argv[0], exc) from None
 
 
 def parent_death_signal(sig: signal.Signals = signal.SIGTERM):

@@ -10,7 +10,9 @@ check it names, is :mod:`.child_dispatch`, so the checks that ask import this mo
 dispatcher imports them, never the other way round. The child is in
 its own session (a terminal's Ctrl-C reaches mxtrim, which stops it), gets a parent-death
 signal where mxtrim can set one, and is stopped when mxtrim exits. Verdicts already
-remembered (:mod:`.cache`) need no child at all.
+remembered (:mod:`.cache`) need no child at all. A judging interpreter the system refuses to
+start is a child that answers nothing: each check it was asked is "not checked", with the
+interpreter and the system's reason as the child's last words.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..child_process import parent_death_signal
+from ..child_process import NotStarted, parent_death_signal, start
 
 LIMIT = 900.0  # seconds one check may take (the largest sources take well under a minute)
 
@@ -56,7 +58,7 @@ class CheckChild:
         from .judge import current_judge
 
         judge = current_judge()
-        if cls._shared is not None and (cls._shared.proc.poll() is not None or cls._shared.judge != judge):
+        if cls._shared is not None and (not cls._shared.running or cls._shared.judge != judge):
             cls._shared.close()
         if cls._shared is None:
             cls._shared = cls(judge)
@@ -75,17 +77,32 @@ class CheckChild:
         self.judge = judge or Judge(sys.executable, "mxtrim's own")
         self._err = tempfile.TemporaryFile()  # whatever it says on stderr, never a full pipe
         boot = BOOT.format(init=str(PACKAGE / "__init__.py"), pkg=str(PACKAGE))
-        self.proc = subprocess.Popen(
-            [self.judge.python, "-I", "-c", boot], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err,
-            start_new_session=True, preexec_fn=parent_death_signal(),
-        )
+        self.not_started = ""  # why the system refused to start it ("PY: cannot be used: ...")
+        try:
+            self.proc = start(
+                [self.judge.python, "-I", "-c", boot], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err,
+                start_new_session=True, preexec_fn=parent_death_signal(),
+            )
+        except NotStarted as exc:
+            self.proc = None
+            self.not_started = str(exc)
         # What the child said and was not read yet: answers are read from the pipe's fd here,
         # never through a buffered reader, whose buffer select() cannot see (two answers
         # arriving together, a plan verdict and a structure check asked behind it, would
         # leave the second one waiting in that buffer forever).
         self._said = bytearray()
 
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
     def send(self, request: dict) -> bool:
+        if self.proc is None:
+            return False
         try:
             self.proc.stdin.write(json.dumps(request).encode() + b"\n")
             self.proc.stdin.flush()
@@ -96,6 +113,8 @@ class CheckChild:
     def receive(self, limit: float = LIMIT, interrupt=None) -> dict | None:
         """The answer to the oldest request not answered yet (None: it failed, or the child died
         or ran out of time); ``interrupt()`` is called every 0.1 s while waiting and may raise."""
+        if self.proc is None:
+            return None
         deadline = time.monotonic() + limit
         fd = self.proc.stdout.fileno()
         while b"\n" not in self._said:
@@ -129,12 +148,14 @@ class CheckChild:
         return answer
 
     def last_words(self) -> str:
+        if self.not_started:
+            return self.not_started
         self._err.seek(0)
         lines = self._err.read().decode(errors="replace").strip().splitlines()
         return lines[-1][:200] if lines else "no message"
 
     def close(self) -> None:
-        if self.proc.poll() is None:
+        if self.running:
             # nothing to save in it, and torch takes seconds to tear down: stopped outright
             try:
                 self.proc.stdin.close()

@@ -24,6 +24,8 @@ import sys
 from dataclasses import dataclass
 from functools import lru_cache
 
+from ..child_process import NotStarted, run
+
 ENV_VAR = "MXTRIM_VLLM_PYTHON"
 _explicit: tuple[str, str] | None = None  # (python, origin) named on the command line
 
@@ -86,6 +88,10 @@ def current_judge() -> Judge:
         if unusable:  # said, and the next place judges (the validation that uses it reports it too)
             passed_over.append(f"{origin} {python} {unusable}")
             continue
+        refused = start_refused(python)
+        if refused:  # the system will not start it: said, and the next place judges
+            passed_over.append(f"{origin} {python} {refused}")
+            continue
         # named on the command line it judges, or says why it cannot; an interpreter from the
         # environment or the settings without transformers is passed over, and that is said
         if origin == "--python" or versions(python).get("transformers"):
@@ -119,18 +125,34 @@ def _unusable(python: str) -> str:
     return ""
 
 
-@lru_cache(maxsize=8)
 def versions(python: str) -> dict:
     """{python, transformers, torch, origin} of ``python`` (values None when unreadable)."""
+    return _asked(python)[0]
+
+
+def start_refused(python: str) -> str:
+    """"cannot be used: REASON" when the system refuses to start ``python`` (found by asking
+    its versions), "" when it started."""
+    return _asked(python)[1]
+
+
+@lru_cache(maxsize=8)
+def _asked(python: str) -> tuple[dict, str]:
+    """(:func:`versions` of ``python``, why the system refused to start it or "")."""
     if same_interpreter(python, sys.executable):
-        return _versions_here()
+        return _versions_here(), ""
+    unknown = {"python": python, "transformers": None, "torch": None, "origin": None}
     try:
-        proc = subprocess.run([python, "-I", "-c", VERSIONS], capture_output=True, text=True, timeout=60,
-                              stdin=subprocess.DEVNULL)
+        proc = run([python, "-I", "-c", VERSIONS], capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    except NotStarted as exc:
+        return unknown, exc.reason
+    except subprocess.TimeoutExpired:
+        return unknown, ""
+    try:
         doc = json.loads(proc.stdout.strip().splitlines()[-1])
-        return doc if isinstance(doc, dict) else {"python": python}
-    except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):
-        return {"python": python, "transformers": None, "torch": None, "origin": None}
+    except (ValueError, IndexError):
+        return unknown, ""
+    return (doc if isinstance(doc, dict) else {"python": python}), ""
 
 
 @lru_cache(maxsize=1)

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..checks.judge import unreadable_interpreter
+from ..child_process import NotStarted, run
 from ..errors import InputError
 from ..user_settings import VLLM_PYTHON as SETTING
 
@@ -97,12 +98,11 @@ def probe(python: str, timeout: float = 60.0) -> tuple[dict | None, str]:
     if not os.access(path, os.X_OK) or os.path.isdir(path):
         return None, "not an executable file"
     try:
-        proc = subprocess.run([path, "-I", "-c", PROBE], capture_output=True, text=True, timeout=timeout,
-                              stdin=subprocess.DEVNULL)
+        proc = run([path, "-I", "-c", PROBE], capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
         return None, f"did not answer in {timeout:.0f} s"
-    except OSError as exc:
-        return None, f"cannot run ({exc.strerror or exc})"
+    except NotStarted as exc:
+        return None, exc.reason
     try:
         doc = json.loads(proc.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):

@@ -52,7 +52,7 @@ from .launch_text import output_warnings
 from .report import SERVE_SCRIPT, render_report
 from ..read.safetensors_io import read_header
 from ..read.source import INDEX_NAME, ModelSource, open_source
-from ..child_process import parent_death_signal, terminate
+from ..child_process import NotStarted, parent_death_signal, start, terminate
 from .leftovers import remove_leftovers, signals_held
 from ..checks.structure import StructureJob, StructureResult, not_checked, planned_request
 from .verify_stream import DEFAULT_HASH, OutputFollower, SourceSnapshot, VerifyFailed, hash_range
@@ -200,10 +200,11 @@ def run_extraction_script(script: Path, source: Path, out: Path, emit, cancel=No
     # Its own session: a terminal's Ctrl-C reaches only mxtrim, which stops the script once
     # (SIGTERM) and waits for its clean-up. A parent-death signal stops it should mxtrim be
     # killed outright, instead of it finishing a copy nobody will verify.
-    proc = subprocess.Popen(
-        cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, bufsize=1,
-        start_new_session=True, preexec_fn=parent_death_signal(),
-    )
+    try:
+        proc = start(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, bufsize=1,
+                     start_new_session=True, preexec_fn=parent_death_signal())
+    except NotStarted as exc:  # named by the interpreter: ``out`` is the partial folder, removed
+        raise OutputError(None, f"{SCRIPT_NAME} could not be started: {exc}") from None
     rate = _Rate()
     done: dict | None = None
     error: str | None = None
@@ -618,7 +619,7 @@ def _copy_beside_checks(plan: TrimPlan, extraction, paths: tuple[Path, Path], ch
     plan_check, accept = verdict
     if plan_check is not None and not plan_check.known:
         child = plan_check.child
-        emit({"event": "stage", "name": "check", "status": "start", "pid": child.proc.pid if child is not None else None})
+        emit({"event": "stage", "name": "check", "status": "start", "pid": child.pid if child is not None else None})
     t0 = time.monotonic()
     done = run_extraction_script(script_tmp, plan.inventory.source.root, tmp, emit, cancel, hash_name, check.seen)
     timings["extract"] = time.monotonic() - t0
