@@ -130,7 +130,8 @@ def test_each_workers_weights_against_its_own_prediction():
     check = compare(predicted, actual)
     assert check["weights_by_rank"]["TP0_EP0"]["agrees"] is True and check["weights_by_rank"]["TP1_EP1"]["agrees"] is False
     assert check["agree"] is False and check["compared"] == 3
-    assert "weights per worker: TP0_EP0 430 MiB predicted / 430 MiB logged (1.00×, agrees), TP1_EP1 430 MiB predicted / 625 MiB logged (0.69×, DISAGREES)" in summary(check)
+    assert ("weights per worker: TP0_EP0 430 MiB predicted / 0.42 ± 0.005 GiB logged (1.00×, agrees), "
+            "TP1_EP1 430 MiB predicted / 0.61 ± 0.005 GiB logged (0.69×, DISAGREES)") in summary(check)
     # one worker: its line is the weights row, no per-worker rows
     assert compare(predicted, parse_startup([tag.format(0, "0.42")]))["weights_by_rank"] == {}
 

@@ -19,7 +19,8 @@ def serve_options(args, out: Path, plan_doc: dict, vllm=None):
     from ..core.validate.devices import across_ray_cluster, choose_devices
     from ..core.probe.vllm_python import SETTING, find_vllm_python
     from ..core.plan.budget import DEFAULT_GPU_MEMORY_UTILIZATION
-    from ..core.validate.serve import ServeOptions, cpu_attention_backend, cpu_serve_dtype, required_kv_cache_dtype
+    from ..core.validate.serve import (ServeOptions, cpu_attention_backend, cpu_serve_dtype, cpu_threads_refusal,
+                                       required_kv_cache_dtype)
 
     # before anything starts: which interpreter holds vLLM (one line naming every place tried if none)
     vllm = vllm or find_vllm_python(args.python, get_setting(SETTING))
@@ -41,7 +42,7 @@ def serve_options(args, out: Path, plan_doc: dict, vllm=None):
     cpu = device == "cpu"
     if args.speculative and not plan_doc.get("mtp_kept"):
         raise InputError(out / "mxtrim-plan.json", "the output keeps no MTP layer: --speculative has nothing to run")
-    return ServeOptions(
+    opts = ServeOptions(
         python=vllm.python,
         python_origin=vllm.origin,
         entry=vllm.entry,
@@ -69,6 +70,9 @@ def serve_options(args, out: Path, plan_doc: dict, vllm=None):
         startup_timeout=args.timeout,
         gpu_total_bytes=_chosen_gpu_memory(probe, choice.gpus) if not cpu else None,
     )
+    # the CPU build's workers each need cores of their own (serve.serve_env binds them)
+    opts.refused = opts.refused or cpu_threads_refusal(opts)
+    return opts
 
 
 def parallel_sizes(args, serve: dict) -> tuple[int, int]:

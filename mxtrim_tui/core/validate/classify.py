@@ -11,6 +11,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable
 
+from ..read.source import COMPLETE, CONFIG_ONLY, INDEX_ONLY, PARTIAL
+
 CONFIGURATION = "trimming/configuration or missing dependency"
 # the machine, not the trim nor the serve settings: a variable unset or wrong, a package replaced
 ENVIRONMENT = "environment / missing dependency"
@@ -109,6 +111,10 @@ class Facts:
     torch: str | None = None
     torch_line: str | None = None  # the log line that gave it, quoted as evidence
     variables: dict = field(default_factory=dict)
+    vllm: str | None = None  # vLLM's version, from the environment passed in
+    # what the output's source held when it was trimmed (mxtrim-plan.json's source_state:
+    # complete, partial, index only, config only): whether a real-weight trim can be advised
+    source_state: str | None = None
 
     def anywhere(self, pattern: re.Pattern) -> re.Match | None:
         for raw in self.lines:
@@ -321,10 +327,27 @@ NON_FINITE = re.compile(r"Out of range float values are not JSON compliant")
 BARE_ASSERTION = re.compile(r"AssertionError\s*$")  # an assert without a message: its statement is the reason
 V4_DUMMY_MHC = re.compile(r"assert self\.hc_attn_fn_broadcast is not None")
 V4_PAGE_GROUPS = re.compile(r"assert max\(sm_page_sizes\) <= max\(all_page_sizes\)")
-V4_DUMMY_ADVICE = ("this vLLM's DeepSeek-V4 GPU model finishes its first layer's mHC weights only while real weights "
-                   "load (vLLM 0.26.0: finalize_mhc_broadcast_weights runs in load_weights, which --load-format dummy "
-                   "skips; 0.32.0 runs it after any load): no dummy output of this model starts on it. Validate a "
-                   "real-weight trim (--mode weights), or with a vLLM that finishes the dummy load")
+NEWER_V4_VLLM = "a vLLM that finishes the dummy load (0.32.0 does)"
+
+
+def _v4_dummy_advice(evidence: list[str], facts: Facts) -> str:
+    """What can be done: a real-weight trim only where the source has weights to copy."""
+    which = f"vLLM {facts.vllm}" if facts.vllm else "This vLLM"
+    why = (f"{which} cannot start a dummy DeepSeek-V4 output: its GPU model finishes the first layer's mHC weights "
+           "only while real weights load (vLLM 0.26.0: finalize_mhc_broadcast_weights runs in load_weights, which "
+           "--load-format dummy skips; 0.32.0 runs it after any load). ")
+    if facts.source_state == COMPLETE:
+        return why + f"Validate a real-weight trim of this source (--mode weights), or validate this output with {NEWER_V4_VLLM}"
+    if facts.source_state == PARTIAL:
+        return (why + "Validate a real-weight trim (--mode weights) once the source holds the kept layers' shards "
+                f"(`mxtrim plan SRC --keep LAYERS --fetch-list` names them), or validate this output with {NEWER_V4_VLLM}")
+    if facts.source_state in (CONFIG_ONLY, INDEX_ONLY):
+        return (why + f"The source holds no weights ({facts.source_state}), so no real-weight trim can be made from it: "
+                f"validate this output with {NEWER_V4_VLLM}, or trim a copy of the model that has its weights "
+                "(--mode weights)")
+    return why + f"Validate with {NEWER_V4_VLLM}, or a real-weight trim (--mode weights) of a source that has the weights"
+
+
 V4_PAGE_ADVICE = ("this vLLM's DeepSeek-V4 KV grouping (vLLM 0.26.0 v1/core/kv_cache_utils.py) needs the compressed "
                   "layers' pages to be at least as large as every sliding-window group's: a kept ratio-128 layer "
                   "without a ratio-4 (indexer) layer fails it. Keep a layer with compress ratio 4 beside it (the "
@@ -333,7 +356,7 @@ V4_PAGE_ADVICE = ("this vLLM's DeepSeek-V4 KV grouping (vLLM 0.26.0 v1/core/kv_c
 SPECIFIC_RULES: list[Rule] = [
     # what vLLM 0.26.0's DeepSeek-V4 path refuses (an AssertionError the generic rules would
     # give no reason for)
-    Rule(DUMMY_LIMIT, BARE_ASSERTION, V4_DUMMY_ADVICE, context=V4_DUMMY_MHC),
+    Rule(DUMMY_LIMIT, BARE_ASSERTION, _v4_dummy_advice, context=V4_DUMMY_MHC),
     Rule(CONFIGURATION, BARE_ASSERTION, V4_PAGE_ADVICE, context=V4_PAGE_GROUPS),
     # host and device limits, before anything that would blame the trim
     Rule(HOST, NUMA, _numa_advice),
@@ -522,9 +545,12 @@ def _torch_from_environment(environment: dict | None) -> str | None:
     return version if isinstance(version, str) and version else None
 
 
-def _facts(lines: list[str], environment: dict | None) -> Facts:
-    facts = Facts(lines=lines, variables=dict((environment or {}).get("variables") or {}))
+def _facts(lines: list[str], environment: dict | None, source_state: str | None = None) -> Facts:
+    facts = Facts(lines=lines, variables=dict((environment or {}).get("variables") or {}), source_state=source_state)
     facts.torch = _torch_from_environment(environment)
+    vllm = ((environment or {}).get("packages") or {}).get("vllm")
+    version = vllm.get("version") if isinstance(vllm, dict) else getattr(vllm, "version", None)
+    facts.vllm = version if isinstance(version, str) and version else None
     for raw in lines:
         m = TORCH_VERSION.search(raw)
         # the environment passed in is the server's own; a log line that says otherwise is not quoted
@@ -547,6 +573,39 @@ def _specific(rule: Rule, candidates: list[str], raised: dict[str, str], facts: 
     return found[:4]
 
 
+# a traceback frame as Python prints it: File "/path/model.py", line 882, in forward
+FRAME = re.compile(r'^File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<function>\S+)')
+
+
+def _raising_statement(frames: str, context: re.Pattern | None = None) -> str | None:
+    """"STATEMENT — FILE:LINE in FUNCTION" of the frame that raised, from the frames of its
+    traceback (``tracebacks``): the last frame with its source line, or with ``context`` the last
+    whose source line matches it. None when the traceback shows no source line."""
+    found = None
+    lines = frames.splitlines()
+    for at, line in enumerate(lines):
+        m = FRAME.match(line)
+        statement = lines[at + 1] if m and at + 1 < len(lines) else ""
+        if not m or not statement or FRAME.match(statement) or statement.startswith(("^", "~")):
+            continue
+        if context is None or context.search(statement):
+            found = f"{statement} — {m.group('file')}:{m.group('line')} in {m.group('function')}"
+    return found
+
+
+def _quoted(evidence: list[str], raised: dict[str, str], context: re.Pattern | None = None) -> list[str]:
+    """The evidence with each bare ``AssertionError`` (an assert without a message, which says
+    nothing by itself) given the assert statement that raised it and its frame, from the
+    traceback in the log: "AssertionError: assert x is not None — /path/model.py:882 in forward"."""
+    quoted = []
+    for text in evidence:
+        statement = _raising_statement(raised.get(text, ""), context) if BARE_ASSERTION.search(text) else None
+        line = f"{text.strip()}: {statement}"[:400] if statement else text
+        if line not in quoted:
+            quoted.append(line)
+    return quoted
+
+
 def _matches(lines: list[str], pattern: re.Pattern, limit: int = 4) -> list[str]:
     found = []
     for text in lines:
@@ -556,18 +615,19 @@ def _matches(lines: list[str], pattern: re.Pattern, limit: int = 4) -> list[str]
 
 
 def classify(lines: list[str], returncode: int | None, stopped_by_us: bool, reason: str = "", *, dummy: bool = True,
-             environment: dict | None = None) -> Verdict | None:
+             environment: dict | None = None, source_state: str | None = None) -> Verdict | None:
     """None when nothing failed (a requested stop included). ``dummy``: the server loaded dummy
     weights (only then can a dummy-initialisation limit be the cause). ``environment``: the
     offline probe's record of the server's environment (``{"packages": {"torch": {"version":
     ...}}, "variables": {...}}``), where the caller has it: an environment verdict then names
-    torch's build."""
+    torch's build. ``source_state``: what the output's source held (``mxtrim-plan.json``'s
+    ``source_state.state``), where known: advice to trim real weights needs a source with them."""
     if stopped_by_us and not reason:
         return None
     summary = reason or f"exit status {returncode}"
     exceptions, others = error_content(lines)
     raised = tracebacks(lines)
-    facts = _facts(lines, environment)
+    facts = _facts(lines, environment, source_state)
     for rule in REASON_RULES:
         answered = [part.strip()[:400] for part in reason.split("; ") if rule.pattern.search(part)]
         if answered:
@@ -585,7 +645,7 @@ def classify(lines: list[str], returncode: int | None, stopped_by_us: bool, reas
                 known = facts.to_json() if rule.category == ENVIRONMENT else {}
                 if rule.quotes_torch and facts.torch_line and facts.torch_line not in evidence:
                     evidence = evidence[:3] + [facts.torch_line]
-                return Verdict(rule.category, summary, evidence, advice, known)
+                return Verdict(rule.category, summary, _quoted(evidence, raised, rule.context), advice, known)
         for category, pattern, advice in RULES:
             if category == DUMMY_LIMIT and not dummy:
                 continue
@@ -593,9 +653,9 @@ def classify(lines: list[str], returncode: int | None, stopped_by_us: bool, reas
             if evidence:
                 # the lines a multi-line message continues with (e.g. each kernel's reason)
                 more = [line for line in _matches(others, pattern) if line not in evidence]
-                return Verdict(category, summary, (evidence + more)[:4], advice)
+                return Verdict(category, summary, _quoted((evidence + more)[:4], raised), advice)
     if exceptions:
-        return Verdict(DEFECT, summary, exceptions[:3],
+        return Verdict(DEFECT, summary, _quoted(exceptions[:3], raised),
                        "an error this tool does not recognise as a trimming, checkpoint or resource problem: "
                        "report it with logs/serve.log")
     return Verdict(UNKNOWN, summary, [l.strip()[:400] for l in lines[-3:]], "no error line in the log: read logs/serve.log")

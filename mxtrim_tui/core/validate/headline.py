@@ -63,13 +63,19 @@ def served_against_planned(served: dict | None, planned: dict | None) -> str:
 
 def verdict(doc: dict, planned: dict | None = None) -> tuple[bool, list[str]]:
     """(passed, the headline's lines) of a validation record (``mxtrim validate --json``).
-    ``planned``: the output's serve settings (default: read from its ``mxtrim-plan.json``)."""
+    ``planned``: the output's serve settings (default: read from its ``mxtrim-plan.json``).
+    A server that stopped during start-up served nothing: "Not served: the server stopped
+    during start-up (its reason)", never "Served on ... at the planned ..."."""
     rows = [r for r in doc.get("rows") or [] if isinstance(r, dict)]
     python = doc.get("python") or "?"
     failed = [r for r in rows if r.get("status") == "failed"]
     if planned is None and doc.get("output"):
         planned = planned_serve(doc["output"])
     served = served_against_planned(doc.get("settings"), planned)
+    start = next((r for r in rows if r.get("check") == "start-up"), None)
+    if served and start is not None and start.get("status") == "failed":
+        # a server was started and stopped before it was healthy: nothing ran at any setting
+        served = f"not served: the server stopped during start-up ({start.get('detail') or 'not healthy'})"
     if failed:
         first = failed[0]
         why = f" — {first['verdict']['class']}" if isinstance(first.get("verdict"), dict) else ""

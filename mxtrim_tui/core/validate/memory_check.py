@@ -5,15 +5,17 @@ tokens, maximum concurrency), each with its ratio.
 The prediction is the budget of the output itself (every layer it holds) for the settings the
 server ran with: TP, PP, context, sequences, the KV budget (``--kv-cache-memory-bytes``, as the
 CPU build is given) or the GPU's memory and utilisation, and the dtype it serves in. vLLM logs
-GiB figures rounded to two decimals; tokens come in whole blocks.
+GiB figures rounded to two decimals (trailing zeros dropped: "0.0" is under 0.005 GiB); tokens
+come in whole blocks.
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from .serve import batched_tokens
-from .vllm_log import StartupFigures
+from .vllm_log import GIB, StartupFigures
 
 BLOCK_SIZE = 16  # vLLM's default KV block: the cache holds whole blocks of tokens
 WITHIN = 0.10  # a prediction within 10 % of the logged figure agrees
@@ -57,10 +59,20 @@ def predict(out: Path, opts, gpu_total_bytes: int | None = None) -> dict:
         else:
             tokens = max(0, available - b.state_bytes_per_seq * opts.max_num_seqs) // b.kv_per_token // BLOCK_SIZE * BLOCK_SIZE
             concurrency = tokens / opts.max_model_len
+    by_rank = {k: v + extra for k, v in ranks.by_worker().items()} if ranks else {}
     return {"weights_bytes": weights,
             "weights_from": ranks.source_of_figures if ranks else None, "available_kv_bytes": available, "kv_tokens": tokens,
             "max_concurrency": concurrency, "kv_bytes_per_token": b.kv_per_token,
-            "weights_by_rank": {k: v + extra for k, v in ranks.by_worker().items()} if ranks else {}}
+            "weights_by_rank": by_rank, "available_kv_by_rank": _kv_by_rank(b, by_rank, opts)}
+
+
+def _kv_by_rank(budget, weights_by_rank: dict, opts) -> dict:
+    """Each worker's KV budget where it differs between workers: the GPU's budget less that
+    worker's own weights and the profiling peak. A budget given (``--kv-cache-memory-bytes``,
+    the CPU build's) is every worker's: {} (the ``available_kv_bytes`` prediction stands for all)."""
+    if opts.kv_cache_memory_bytes is not None or budget.budget_bytes is None:
+        return {}
+    return {rank: budget.budget_bytes - w - budget.activation_bytes for rank, w in weights_by_rank.items()}
 
 
 def mla_runtime_copies(plan, tp: int) -> int:
@@ -184,19 +196,21 @@ def compare(predicted: dict, actual: StartupFigures) -> dict:
     """``{figure: {predicted, actual, ratio, agrees}}`` and an overall verdict."""
     rows = {key: _agreement(predicted.get(key), getattr(actual, key), actual.rounding_bytes.get(key, 0))
             for key in ("weights_bytes", "available_kv_bytes", "kv_tokens", "max_concurrency")}
-    per_rank = _per_rank(predicted.get("weights_by_rank") or {}, actual)
-    compared = [r["agrees"] for r in [*rows.values(), *per_rank.values()] if r["agrees"] is not None]
-    return {"figures": rows, "weights_by_rank": per_rank, "device": actual.device, "weights_from": predicted.get("weights_from"), "kv_bytes_per_token": predicted.get("kv_bytes_per_token"),
+    per_rank = _per_rank(predicted.get("weights_by_rank") or {}, actual.weights_by_rank, actual.rounding_bytes.get("weights_bytes", 0))
+    kv_per_rank = _per_rank(predicted.get("available_kv_by_rank") or {}, actual.available_kv_by_rank,
+                            actual.rounding_bytes.get("available_kv_bytes", 0), predicted.get("available_kv_bytes"))
+    compared = [r["agrees"] for r in [*rows.values(), *per_rank.values(), *kv_per_rank.values()] if r["agrees"] is not None]
+    return {"figures": rows, "weights_by_rank": per_rank, "available_kv_by_rank": kv_per_rank, "device": actual.device, "weights_from": predicted.get("weights_from"), "kv_bytes_per_token": predicted.get("kv_bytes_per_token"),
             "compared": len(compared), "agree": all(compared) if compared else None, "log_lines": list(actual.source_lines)}
 
 
-def _per_rank(predicted: dict, actual: StartupFigures) -> dict:
-    """Each worker's logged weights against its prediction (only where more than one worker
-    logged: a lone worker's figure is the ``weights_bytes`` row)."""
-    if len(actual.weights_by_rank) < 2:
+def _per_rank(predicted: dict, logged: dict, rounding: int, every=None) -> dict:
+    """Each worker's logged figure (weights, KV budget) against its own prediction, ``every``
+    where none is its own (only where more than one worker logged: a lone worker's figure is
+    the row of ``figures``)."""
+    if len(logged) < 2:
         return {}
-    rounding = actual.rounding_bytes.get("weights_bytes", 0)
-    return {rank: _agreement(predicted.get(rank), a, rounding) for rank, a in sorted(actual.weights_by_rank.items())}
+    return {rank: _agreement(predicted.get(rank, every), a, rounding) for rank, a in sorted(logged.items())}
 
 
 def _agreement(p, a, rounding: int) -> dict:
@@ -210,7 +224,7 @@ def _agreement(p, a, rounding: int) -> dict:
 
 def summary(check: dict) -> str:
     """One line: each compared figure, predicted / actual and the ratio; with several workers,
-    each one's weights."""
+    each one's weights and KV memory."""
     names = {"weights_bytes": "weights", "available_kv_bytes": "KV memory", "kv_tokens": "KV tokens", "max_concurrency": "concurrency"}
     if check.get("weights_from") in ("config", "headers and config"):
         names["weights_bytes"] = f"weights ({'from the config' if check['weights_from'] == 'config' else 'headers and config'})"
@@ -218,16 +232,33 @@ def summary(check: dict) -> str:
     ranks = check.get("weights_by_rank") or {}
     if ranks:
         parts.append("weights per worker: " + ", ".join(f"{rank} {_compared('weights_bytes', row)}" for rank, row in ranks.items()))
+    kv_ranks = check.get("available_kv_by_rank") or {}
+    if kv_ranks:
+        parts.append("KV memory per worker: " + ", ".join(f"{rank} {_compared('available_kv_bytes', row)}" for rank, row in kv_ranks.items()))
     missing = [names[k] for k, r in check["figures"].items() if r["actual"] is None]
-    return "; ".join(parts) + (f"; not logged by this vLLM: {', '.join(missing)}" if missing else "")
+    # a server that stopped while starting logged only what came before (the weights, then the KV budget)
+    why = "the server stopped during start-up before it logged" if check.get("stopped_during_startup") else "not logged by this vLLM"
+    return "; ".join(parts) + (f"; {why}: {', '.join(missing)}" if missing else "")
 
 
 def _compared(key: str, row: dict) -> str:
     verdict = {True: "agrees", False: "DISAGREES", None: "not compared"}[row["agrees"]]
-    if row["agrees"] and row.get("log_rounding") and row["ratio"] is not None and abs(row["ratio"] - 1) > WITHIN:
+    if row["agrees"] and row.get("log_rounding") and (row["ratio"] is None or abs(row["ratio"] - 1) > WITHIN):
         verdict = "agrees within the log's rounding"
-    return (f"{_shown(key, row['predicted'])} predicted / {_shown(key, row['actual'])} logged"
+    rounded = key.endswith("bytes") and row.get("log_rounding") and row["actual"] is not None
+    logged = _logged(row["actual"], row["log_rounding"]) if rounded else _shown(key, row["actual"])
+    return (f"{_shown(key, row['predicted'])} predicted / {logged} logged"
             + (f" ({row['ratio']:.2f}×, {verdict})" if row["ratio"] is not None else f" ({verdict})"))
+
+
+def _logged(value: int, rounding: int) -> str:
+    """A GiB figure as vLLM printed it, to the rounding it was printed with (``rounding``: half
+    its last decimal, in bytes): "14.91 ± 0.005 GiB", or "under 0.005 GiB" where it printed 0."""
+    half = rounding / GIB
+    decimals = max(0, round(-math.log10(2 * half)))
+    if value == 0:
+        return f"under {half:.{decimals + 1}f} GiB"
+    return f"{value / GIB:.{decimals}f} ± {half:.{decimals + 1}f} GiB"
 
 
 def _shown(key: str, value) -> str:

@@ -43,7 +43,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..child_process import parent_death_signal
+from ..child_process import NotStarted, parent_death_signal, start
 from .devices import others_on, pid_exists
 
 MAX_SHARED = 0.95  # the shares of one GPU's memory that its servers may add up to
@@ -283,9 +283,13 @@ class ParallelBatch:
         return self.starting is None or sum(not j.engine for j in self.running) < self.starting
 
     def _start(self, job: Job) -> None:
-        job.proc = subprocess.Popen(self.argv_for(job), stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                                    text=True, errors="replace", env=self._env(), start_new_session=True,
-                                    preexec_fn=parent_death_signal())
+        try:
+            job.proc = start(self.argv_for(job), stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                             text=True, errors="replace", env=self._env(), start_new_session=True,
+                             preexec_fn=parent_death_signal())
+        except NotStarted as exc:  # the system refused the child: this output is not validated, said why
+            self.on_refused(job, str(exc))
+            return
         self.running.append(job)
         self._refresh_ours()
         for stream in ("stdout", "stderr"):

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from ..child_process import NotStarted, run as run_child
 from ..errors import InputError, require_directory
 from . import requests as rq
 from .classify import PORT_TAKEN, classify
@@ -133,9 +134,9 @@ def offline_checks(out: Path, python: str, trust_remote_code: bool, timeout: flo
     mode (nothing from the current directory or the output is imported)."""
     argv = [python, "-I", str(OFFLINE_PROBE), str(out), "1" if trust_remote_code else "0", "1"]
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
-    except FileNotFoundError:
-        raise InputError(python, "no such interpreter (--python)") from None
+        proc = run_child(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    except NotStarted as exc:  # found before, refused now (removed, its rights changed)
+        return {}, [Row("offline checks", FAILED, f"the probe could not be started: {exc}")]
     except subprocess.TimeoutExpired:
         return {}, [Row("offline checks", FAILED, f"the probe did not finish in {timeout:.0f} s")]
     try:
@@ -335,12 +336,14 @@ def _serve_and_stop(v: Validation, out: Path, plan: dict, opts: ServeOptions, em
                 return False
             why += _ports_note(taken)
             verdict = classify(list(server.tail), exit_info.returncode, stopped_by_us=False, reason=why, dummy=v.mode == "dummy",
-                               environment=v.environment)
+                               environment=v.environment, source_state=source_state(plan))
             v.rows.append(Row(START_UP, FAILED, why, verdict.to_json() if verdict else None))
             emit({"event": "check", **v.rows[-1].to_json()})
             v.server_exit = _exit_json(exit_info)
-            for check in [*checks_to_run(out, plan, opts, equivalence), MEMORY]:
+            for check in checks_to_run(out, plan, opts, equivalence):
                 v.rows.append(Row(check, UNVERIFIED, "skipped: the server did not start"))
+            # what vLLM logged before it stopped (the weights, perhaps the KV budget) is compared
+            memory_row(v, out, opts, emit, started=False)
             return True
         v.rows.append(Row(START_UP, PASSED, f"healthy after {time.monotonic() - started:.1f} s"
                           + (" (dummy weights)" if v.mode == "dummy" else " (real weights)") + _ports_note(taken)))
@@ -363,7 +366,7 @@ def _serve_and_stop(v: Validation, out: Path, plan: dict, opts: ServeOptions, em
             except Exception as exc:  # a request that could not be made: the check failed, the run goes on
                 reason = f"{type(exc).__name__}: {str(exc)[:300]}"
                 verdict = classify(list(server.tail), server.exited(), stopped_by_us=False, reason=reason, dummy=v.mode == "dummy",
-                                   environment=v.environment)
+                                   environment=v.environment, source_state=source_state(plan))
                 v.rows.append(Row(check, FAILED, reason, verdict.to_json() if verdict else None))
                 emit({"event": "check", **v.rows[-1].to_json()})
         return True
@@ -378,14 +381,23 @@ def _serve_and_stop(v: Validation, out: Path, plan: dict, opts: ServeOptions, em
             emit({"event": "serve", "status": "stopped", **v.server_exit})
 
 
-def memory_row(v: Validation, out: Path, opts: ServeOptions, emit) -> None:
+def source_state(plan: dict) -> str | None:
+    """What the output's source held when it was trimmed (``mxtrim-plan.json``'s
+    ``source_state``: complete, partial, index only, config only); None when not recorded."""
+    state = plan.get("source_state")
+    return state.get("state") if isinstance(state, dict) and isinstance(state.get("state"), str) else None
+
+
+def memory_row(v: Validation, out: Path, opts: ServeOptions, emit, started: bool = True) -> None:
     """The budget's prediction against the figures vLLM logged: a row of its own, so that a
-    disagreement is seen wherever the rows are (CLI, README, wizard)."""
+    disagreement is seen wherever the rows are (CLI, README, wizard). ``started`` False: the
+    server stopped during start-up, and only the figures it logged before are compared."""
     from .memory_check import summary
 
-    v.memory = memory_comparison(out, opts)
+    v.memory = memory_comparison(out, opts, started)
     if v.memory is None:
-        row = Row(MEMORY, UNVERIFIED, "vLLM logged no memory figures")
+        row = Row(MEMORY, UNVERIFIED, "vLLM logged no memory figures" if started
+                  else "skipped: the server did not start (it logged no memory figure before it stopped)")
     elif "error" in v.memory:
         row = Row(MEMORY, UNVERIFIED, f"no prediction: {v.memory['error']}")
     else:
@@ -397,9 +409,11 @@ def memory_row(v: Validation, out: Path, opts: ServeOptions, emit) -> None:
     emit({"event": "check", **row.to_json()})
 
 
-def memory_comparison(out: Path, opts: ServeOptions) -> dict | None:
+def memory_comparison(out: Path, opts: ServeOptions, started: bool = True) -> dict | None:
     """The budget's prediction beside the figures this server logged while starting (its log's
-    last run), or None when the log holds none of them."""
+    last run), or None when the log holds none of them. ``started`` False: the server stopped
+    during start-up (``stopped_during_startup``: the figures it had not logged yet are not
+    compared, and the summary says why)."""
     from . import memory_check
     from .vllm_log import iter_file, last_run, parse_startup
 
@@ -410,7 +424,7 @@ def memory_comparison(out: Path, opts: ServeOptions) -> dict | None:
         predicted = memory_check.predict(out, opts, opts.gpu_total_bytes)
     except InputError as exc:  # the output cannot be read back: say so, do not fail the run
         return {"error": str(exc)}
-    return memory_check.compare(predicted, actual)
+    return {**memory_check.compare(predicted, actual), "stopped_during_startup": not started}
 
 
 def generation_rows(v: Validation, out: Path, base: str, server: Server, emit) -> None:

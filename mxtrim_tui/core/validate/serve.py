@@ -26,7 +26,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..child_process import parent_death_signal, popen_exited, stop_group
+from ..child_process import NotStarted, parent_death_signal, popen_exited, start as start_child, stop_group
+from ..units import index_ranges
 from . import leftovers
 from .http import get
 
@@ -203,12 +204,57 @@ def cpu_attention_backend(out_dir: Path) -> str | None:
     return "CPU_MLA" if isinstance(output_text_config(out_dir).get("kv_lora_rank"), int) else None
 
 
+# vLLM's CPU build pins each worker's OpenMP threads (vllm/utils/ompmultiprocessing.py): "auto"
+# gives each of the TP x PP workers a NUMA node of its own, and refuses to start where the host
+# allows fewer ("Not enough allowed NUMA nodes to bind threads of N local CPUWorkers"); a list
+# per worker ("0-3|4-7": ranks split by "|", each a list like "0,2-3") binds them anywhere.
+CPU_THREADS_BIND = "VLLM_CPU_OMP_THREADS_BIND"
+
+
+def usable_cores() -> list[int]:
+    """The cores this process may run on (its affinity: a server started from it inherits it)."""
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except AttributeError:  # no affinity on this system: every core
+        return list(range(os.cpu_count() or 1))
+
+
+def binds_cpu_threads(opts: ServeOptions) -> bool:
+    """Whether mxtrim gives the server's CPU workers their cores: several workers (TP x PP) on
+    the CPU build, started by vLLM's own executor (Ray places its workers itself), and no
+    ``VLLM_CPU_OMP_THREADS_BIND`` of the user's, which is kept as it is."""
+    return (opts.device == "cpu" and max(1, opts.tp) * max(1, opts.pp) > 1 and opts.executor_backend != "ray"
+            and CPU_THREADS_BIND not in os.environ)
+
+
+def cpu_threads_bind(ranks: int, cores: list[int]) -> str:
+    """``VLLM_CPU_OMP_THREADS_BIND`` for ``ranks`` workers: ``cores`` split evenly, in order, one
+    share per worker ("0|1", "0-3|4-7"); a remainder is left to the API server and engine core."""
+    share = len(cores) // ranks
+    return "|".join(index_ranges(cores[r * share:(r + 1) * share]) for r in range(ranks))
+
+
+def cpu_threads_refusal(opts: ServeOptions) -> str | None:
+    """Why no server may start: fewer usable cores than CPU workers to bind (None: enough)."""
+    if not binds_cpu_threads(opts):
+        return None
+    ranks, cores = max(1, opts.tp) * max(1, opts.pp), usable_cores()
+    if len(cores) >= ranks:
+        return None
+    return (f"TP {opts.tp} x PP {opts.pp} on the CPU build: {ranks} workers need a core each, and this process may use "
+            f"{len(cores)} core{'s' if len(cores) != 1 else ''} (CPU{'s' if len(cores) != 1 else ''} {index_ranges(cores)}): validate with a smaller "
+            f"--tp / --pp, allow more cores (taskset), or bind the threads yourself ({CPU_THREADS_BIND}: "
+            "one CPU list per worker, e.g. 0|1)")
+
+
 def serve_env(opts: ServeOptions) -> dict[str, str]:
     env = dict(os.environ, **OFFLINE_ENV, PYTHONUNBUFFERED="1")
     if opts.device == "cpu":
         # one process: the CPU build's engine core in-process is what starts on small machines
         env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         env["CUDA_VISIBLE_DEVICES"] = ""
+        if binds_cpu_threads(opts) and not cpu_threads_refusal(opts):
+            env[CPU_THREADS_BIND] = cpu_threads_bind(max(1, opts.tp) * max(1, opts.pp), usable_cores())
     elif opts.gpus is not None:
         key = "MACA_VISIBLE_DEVICES" if opts.device == "maca" else "CUDA_VISIBLE_DEVICES"
         env[key] = opts.gpus
@@ -255,7 +301,7 @@ def scratch_env(env: dict[str, str], scratch: str) -> dict[str, str]:
 @dataclass
 class ServerExit:
     returncode: int | None
-    requested: bool  # we asked it to stop
+    requested: bool  # we asked it to stop while it still ran (False: it had exited by itself)
     signal_used: str | None  # the strongest signal it took
     survivors: list[int]  # pids of its group still alive after everything (should be empty)
     stragglers: list[int] = field(default_factory=list)  # outlived the leader's exit and were killed
@@ -281,6 +327,7 @@ class Server:
         self.stop_requested = False
         self.hurry = False  # a second interrupt while stopping: straight to SIGKILL
         self.scratch: str | None = None  # the server's own temporary folder (scratch_env)
+        self.not_started = ""  # the system refused to start it: "PROGRAM: cannot be used: REASON"
 
     def start(self) -> None:
         """Start the server in a session of its own. An interrupt that arrives meanwhile is held
@@ -292,10 +339,17 @@ class Server:
         self._log.write(f"$ {' '.join(self.argv)}\n")
         self._log.flush()
         with self._signals_held(hurry=False):
-            self.proc = subprocess.Popen(
-                self.argv, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                text=True, errors="replace", start_new_session=True, preexec_fn=parent_death_signal(),
-            )
+            try:
+                self.proc = start_child(
+                    self.argv, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                    text=True, errors="replace", start_new_session=True, preexec_fn=parent_death_signal(),
+                )
+            except NotStarted as exc:  # a server that did not start (wait_healthy says why)
+                self.not_started = f"the server could not be started: {exc}"
+                self._log.write(f"[mxtrim] {self.not_started}\n")
+                self._log.close()
+                self._log = None
+                return
             if self.output is not None:
                 self.record_path = leftovers.write_record(self.proc.pid, self.argv, self.output)
             for stream, pipe in (("stdout", self.proc.stdout), ("stderr", self.proc.stderr)):
@@ -360,6 +414,8 @@ class Server:
         """(healthy, why not): polls /health until it answers 200, the process exits, the
         server goes ``timeout`` seconds without progress (no new log line: a first start may
         spend minutes compiling kernels while it logs), or ``limit`` seconds pass in all."""
+        if self.proc is None:
+            return False, self.not_started or "the server was not started"
         started = time.monotonic()
         limit = max(limit or 0.0, timeout)
         seen, progressed = self.lines_seen, started
@@ -421,7 +477,9 @@ class Server:
                 self._log.write(f"[mxtrim] server stopped ({used or 'already exited'}), exit status {self.proc.returncode}\n")
                 self._log.close()
                 self._log = None
-        return ServerExit(self.proc.returncode, True, used, survivors, stragglers)
+        # asked to stop only where a signal went to a server still running: one that had died by
+        # itself (a failed start-up) exited on its own, whatever its group left behind
+        return ServerExit(self.proc.returncode, used is not None, used, survivors, stragglers)
 
     def _drain_group(self, wait: float) -> list[int]:
         """Members of the server's process group still alive after up to ``wait`` seconds."""

@@ -80,9 +80,11 @@ class StartupFigures:
     """What one start-up printed; None where the log says nothing about it.
 
     GiB figures are converted to bytes with GiB = 2**30, from the decimal the log prints:
-    vLLM rounds them (0.32.0: 2 decimals, ``format_gib``; earlier builds: ``%.4f``), so a
-    byte count here is exact only to that rounding (``0.06`` GiB is anything from 0.055 to
-    0.065 GiB, printed for a 64 MiB budget).
+    vLLM rounds them (0.26.0 and 0.32.0: ``format_gib``, ``str(round(x, 2))``; earlier builds:
+    ``%.4f``), so a byte count here is exact only to that rounding (``0.06`` GiB is anything
+    from 0.055 to 0.065 GiB, printed for a 64 MiB budget). ``str(round(x, 2))`` drops trailing
+    zeros: ``27.2`` is 27.20 ± 0.005 GiB and ``0.0`` anything under 0.005 GiB, so a figure is
+    taken to two decimals at least (see ``_half_unit_bytes``).
 
     ``available_kv_bytes`` is the KV cache budget: the GPU worker's "Available KV cache
     memory" (negative when the weights and activations leave nothing) or its "reserved X GiB
@@ -125,10 +127,18 @@ def worker_rank(line: str) -> str:
     return name.partition("_")[2] or "0"
 
 
+# the fewest decimals a GiB figure stands for: vLLM prints every one it logs to two decimals at
+# least (``format_gib`` is ``str(round(x, 2))``, which drops trailing zeros; ``%.2f``, ``%.4f``)
+PRINTED_DECIMALS = 2
+
+
 def _half_unit_bytes(text: str) -> int:
-    """Half a unit of the last decimal of ``text`` (a GiB figure), in bytes."""
+    """Half a unit of the last decimal ``text`` (a GiB figure) was rounded to, in bytes: that
+    of its last printed decimal, and of the second where it prints fewer ("0.0", "27.2")."""
     exponent = Decimal(text).as_tuple().exponent
-    return int((Decimal(5).scaleb(exponent - 1) * GIB).to_integral_value()) if isinstance(exponent, int) else 0
+    if not isinstance(exponent, int):
+        return 0
+    return int((Decimal(5).scaleb(min(exponent, -PRINTED_DECIMALS) - 1) * GIB).to_integral_value())
 
 
 def _count(text: str) -> int:
@@ -171,6 +181,7 @@ def parse_startup(lines: Iterable[str]) -> StartupFigures:
                 found["available_kv_bytes"], rounding["available_kv_bytes"] = _gib_to_bytes(m.group("gib")), _half_unit_bytes(m.group("gib"))
             found.setdefault("device", "gpu")
         elif (m := _CPU_KV.match(msg)) is not None:
+            by_rank["kv"].setdefault(worker_rank(line), _gib_to_bytes(m.group("gib")))
             if "available_kv_bytes" not in found:
                 found["available_kv_bytes"] = _gib_to_bytes(m.group("gib"))
                 rounding["available_kv_bytes"] = _half_unit_bytes(m.group("gib"))
