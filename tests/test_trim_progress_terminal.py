@@ -24,9 +24,10 @@ def demo(tmp_path_factory) -> Path:
 
 def test_a_weights_trim_on_a_terminal_prints_each_shard_as_it_is_written(demo, tmp_path):
     out = tmp_path / "out"
-    # 2 MB shards: the demo's 6.7 MiB of kept tensors are written as four
+    # 2 MB shards: the demo's 6.7 MiB of kept tensors are written as four. A cache of its own:
+    # the plan's transformers verdict is not known yet, and is waited for once the copy is done
     term = Terminal(cli_argv("trim", str(demo), "--mode", "weights", "--out", str(out), "--max-shard-size", "2MB"),
-                    dict(os.environ), REPO, size=(40, 160))
+                    dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "cache")), REPO, size=(40, 160))
     try:
         assert term.wait_exit(300) == 0, term.screen.decode(errors="replace")
     finally:
@@ -38,6 +39,9 @@ def test_a_weights_trim_on_a_terminal_prints_each_shard_as_it_is_written(demo, t
     for n, name in enumerate(shards, 1):
         assert f"✓ shard {n}/4 {name} written" in screen
     assert "tensors verified" in screen
+    # the wait for transformers' answer between the copy and the verification is said as it starts
+    assert screen.index("✓ shard 4/4") < screen.index("checking the plan and the output's structure against transformers") \
+        < screen.index("verifying the copied tensors")
     # the lines come before the summary the trim ends with
     assert screen.index("✓ shard 4/4") < screen.index("files; see README.md there)")
 

@@ -314,6 +314,23 @@ async def test_keymap_that_is_not_json_is_reported(tmp_path, demo):
         assert len(app.keymap_problems) == 1 and "not valid JSON" in app.keymap_problems[0]
 
 
+@pytest.mark.asyncio
+async def test_help_names_the_keymap_file_the_wizard_reads(tmp_path, demo):
+    """$XDG_CONFIG_HOME is set (here, as on many desktops): F1 names the keymap.json under it,
+    the file whose entries the wizard read, not ~/.config/mxtrim/keymap.json."""
+    keymap = tmp_path / "config" / "mxtrim" / "keymap.json"
+    keymap.parent.mkdir(parents=True)
+    keymap.write_text(json.dumps({"no.such.binding": "f9"}))
+    app, ws = make_app(tmp_path, demo)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(app, pilot)
+        assert app.keymap_problems and app.keymap_problems[0].startswith(f"{keymap}: ")  # that file was read
+        await pilot.press("f1")
+        await settle(app, pilot)
+        help_text = app.screen.query_one("Markdown").source
+        assert f"Keys can be remapped by id in `{keymap}`" in help_text and "~/.config" not in help_text, help_text
+
+
 # --- 7. run status lines describe the current state ------------------------------------------
 @pytest.mark.slow
 @pytest.mark.asyncio
@@ -347,10 +364,13 @@ async def test_run_status_after_failure_success_and_cancel(tmp_path, demo):
         files = [p for p in (ws / "ok").rglob("*") if p.is_file()]
         assert f"{len(files)} file(s)" in shown["stats"] and "ETA" not in shown["stats"] and "verifying" not in shown["stats"]
         assert run.progress.done == run.progress.total == len(files)
-        # the serve command shown can be copied (OSC 52), exactly as the README has it
+        # the serve command shown can be copied (OSC 52): the README's, as a person types it
         await pilot.press("c")
         await settle(app, pilot)
-        assert app.clipboard.startswith("CUDA_VISIBLE_DEVICES=") and app.clipboard in (ws / "ok" / "README.md").read_text()
+        copied = app.clipboard
+        assert copied.startswith("CUDA_VISIBLE_DEVICES=0 MACA_VISIBLE_DEVICES=0 ") and "$" not in copied, copied
+        readme_command = next(line for line in (ws / "ok" / "README.md").read_text().splitlines() if line.startswith("vllm serve "))
+        assert {w for w in readme_command.split() if "$" not in w} <= set(copied.split()), (readme_command, copied)
         # cancel: the status says so and the ETA is gone
         run.start([sys.executable, "-c", "import time,sys; print('{\"event\": \"tensor\", \"done_bytes\": 1, \"total_bytes\": 9}', file=sys.stderr, flush=True); time.sleep(60)"])
         assert await wait_for(pilot, lambda: run.running)

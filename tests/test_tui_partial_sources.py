@@ -189,3 +189,18 @@ async def test_partial_source_allows_real_weights_only_while_the_needed_shards_a
         assert "done (exit 0)" in log_text, log_text[-2000:]
     out_dir = Path(app.state.last_output)
     assert (out_dir / "extract_weights.py").exists() and list(out_dir.glob("*.safetensors"))
+
+
+@pytest.mark.asyncio
+async def test_the_selection_summary_counts_every_warning_the_issues_tab_lists(sources, tmp_path):
+    """An index alone: "real weights" is one of the warnings listed, and counted with the others."""
+    (dirs, weight_map, listed, auto) = sources
+    app, ws = make_app(tmp_path, dirs["index-only"])
+    async with app.run_test(size=(160, 48)) as pilot:
+        await open_wizard(pilot, app)
+        await goto(pilot, app, "selection")
+        issues = plain(app.screen.query_one("#issues-view"))
+        assert "⚠ real weights: " in issues
+        listed_warnings = issues.count("⚠ ")
+        assert re.search(rf"⚠{listed_warnings}\b", plain(app.screen.query_one("#selection-summary"))), (
+            issues, plain(app.screen.query_one("#selection-summary")))

@@ -111,9 +111,12 @@ async def test_after_a_validation_c_copies_the_output_s_serve_command(tmp_path, 
         await validated_in_the_wizard(app, pilot, planned)
         await pilot.press("c")
         await settle(app, pilot)
-        # the README's command (TP 2, context 32,768), not the CPU one the validation's server ran
-        assert app.clipboard == planned["command"]
-        assert "--tensor-parallel-size 2" in app.clipboard and "--max-model-len 256" not in app.clipboard
+        # the README's command (TP 2, context 32,768), not the CPU one the validation's server
+        # ran; as a person types it: its two GPUs listed, no shell expressions
+        copied = app.clipboard
+        assert copied.startswith("CUDA_VISIBLE_DEVICES=0,1 MACA_VISIBLE_DEVICES=0,1 ") and "$" not in copied, copied
+        assert f" vllm serve {planned['out']} " in copied and "--tensor-parallel-size 2 " in copied
+        assert "--max-model-len 32768 " in copied and "--max-model-len 256" not in copied
         assert planned["command"] in (planned["out"] / "README.md").read_text()
 
 
@@ -136,7 +139,9 @@ async def test_after_a_validation_its_rows_and_the_serve_command_are_reachable(t
         everything = "\n".join(screen_lines(app))
         for row in run.validation.rows:
             assert f"{row['check']}: {row['status']}" in everything, everything
-        assert " ".join(planned["command"].split()) in " ".join(everything.split()), everything  # all of it, wrapped
+        command = run.serve_command
+        assert command.startswith("CUDA_VISIBLE_DEVICES=0,1 ") and "--tensor-parallel-size 2 " in command
+        assert command in " ".join(everything.split()), everything  # all of it, wrapped
         await pilot.press("r")
         await settle(app, pilot)
         assert run.maximized is None
@@ -252,3 +257,114 @@ async def test_after_a_cancelled_trim_the_footer_offers_no_validation(tmp_path, 
         assert await wait_for(pilot, lambda: run.process is None and "cancelled" in plain(run.query_one("#run-status")), timeout=30)
         await settle(app, pilot)
         assert "v" not in footer_keys(app) and "Validate" not in screen_lines(app)[-1]
+
+
+# --- the run step at 80 columns: a long log line wraps whole once the log scrolls -------------
+
+@pytest.mark.asyncio
+async def test_at_80_columns_a_long_log_line_wraps_whole_beside_the_scrollbar(tmp_path, demo):
+    app, _ = make_app(tmp_path, demo)
+    # rows of 75 and 76 columns where the line wraps at the log's width without the scrollbar
+    words = ["x" * 58, "config-bf63.json", "y" * 69, "logged", "and-the-rest"]
+    child = ("import sys\n"
+             "for n in range(60): print('line', n, file=sys.stderr)\n"
+             f"print({' '.join(words)!r}, file=sys.stderr)\n")
+    async with app.run_test(size=(80, 24)) as pilot:
+        run = await at_run_step(app, pilot)
+        run.start([sys.executable, "-c", child])
+        assert await wait_for(pilot, lambda: run.process is None and not run._starting and "finished" in plain(run.query_one("#run-status")))
+        await settle(app, pilot)
+        log = run.query_one("#run-log")
+        assert log.max_scroll_y > 0  # the log scrolls: its scrollbar takes two columns
+        assert await wait_for(pilot, lambda: log.scroll_y == log.max_scroll_y)
+        shown = " ".join(screen_lines(app))
+        assert [w for w in words if w not in shown] == [], shown
+
+
+# --- the budget's EP check box reads without colour --------------------------------------------
+
+@pytest.mark.asyncio
+async def test_the_budget_s_expert_parallel_box_reads_differently_on_and_off(tmp_path, demo):
+    app, _ = make_app(tmp_path, demo)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(app, pilot)
+        assert await wait_for(pilot, lambda: app.state.plan is not None)
+        await pilot.press("4")
+        await settle(app, pilot)
+        box = app.screen.query_one("#in-expert_parallel", Checkbox)
+        off = next(line for line in screen_lines(app) if "experts" in line)
+        box.value = True
+        await settle(app, pilot)
+        on = next(line for line in screen_lines(app) if "experts" in line)
+        assert "X" not in off.split("experts")[0] and "X" in on.split("experts")[0], (off, on)
+
+
+# --- the validate dialog at 80×24: framed boxes, Start in sight --------------------------------
+
+@pytest.mark.asyncio
+async def test_the_validate_dialog_at_80x24_frames_its_boxes_and_shows_start(tmp_path, demo):
+    app, _ = make_app(tmp_path, demo)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await at_run_step(app, pilot)
+        await pilot.press("v")
+        await settle(app, pilot)
+        dialog = app.screen
+        assert isinstance(dialog, ValidateDialog)
+        # Start is on screen as the dialog opens, nothing scrolled
+        start = dialog.query_one("#validate-start")
+        assert start.region.height and start.region.bottom <= 24
+        assert dialog.get_widget_at(start.region.x + 1, start.region.y + 1)[0] is start
+        assert any("Start (Enter / Ctrl+S)" in line for line in screen_lines(app))
+        # each text box has a frame, and the focused one's frame is drawn otherwise
+        output, python = dialog.query_one("#validate-output", Input), dialog.query_one("#validate-python", Input)
+        for box in (output, python):
+            assert box.styles.border_top[0] not in ("", "none", "hidden") and box.outer_size.height == 3, box.id
+        assert output.has_focus and output.styles.border_top != python.styles.border_top
+
+
+# --- a stopped validation reads as stopped -------------------------------------------------------
+
+@pytest.mark.asyncio
+async def test_a_stopped_validation_says_stopped_not_finished(tmp_path, demo):
+    app, _ = make_app(tmp_path, demo)
+    async with app.run_test(size=(100, 30)) as pilot:
+        run = await at_run_step(app, pilot)
+        # a validation child that is stopped while its server starts
+        run.start([sys.executable, "-c", "import time, sys; print('{\"event\": \"stage\", \"name\": \"serve\", \"status\": \"running\"}', "
+                   "file=sys.stderr, flush=True); time.sleep(60)"], kind="validate")
+        assert await wait_for(pilot, lambda: run.running and "running: serve" in plain(run.query_one("#run-stats")))
+        await pilot.press("escape")
+        assert await wait_for(pilot, lambda: run.process is None and "validation stopped" in plain(run.query_one("#run-status")), timeout=60)
+        await settle(app, pilot)
+        assert plain(run.query_one("#run-stats")).startswith("stopped after ")
+        shown = "\n".join(screen_lines(app))
+        assert "100%" not in shown and "finished" not in shown, shown
+
+
+# --- the serve command shown after a write is the one a person types ----------------------------
+
+@pytest.mark.asyncio
+@pytest.mark.slow
+async def test_after_a_write_the_serve_command_shown_and_copied_is_plain(tmp_path, demo):
+    app, ws = make_app(tmp_path, demo)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(app, pilot)
+        assert await wait_for(pilot, lambda: app.state.plan is not None)
+        await pilot.press("5")
+        await settle(app, pilot)
+        await pilot.press("ctrl+s")
+        run = app.get_screen("run")
+        assert await wait_for(pilot, lambda: app.state.last_output is not None and not run.busy, timeout=180)
+        await settle(app, pilot)
+        await pilot.press("c")
+        await settle(app, pilot)
+        out = app.state.last_output
+        copied = app.clipboard
+        assert copied.startswith("CUDA_VISIBLE_DEVICES=0 MACA_VISIBLE_DEVICES=0 "), copied
+        assert f" vllm serve {out} " in copied and " --tensor-parallel-size 1 " in copied and " --port 8000 " in copied
+        assert "$" not in copied and "\\" not in copied and "\n" not in copied
+        shown = "".join("".join(screen_lines(app)).split())
+        assert "".join(copied.split()) in shown, shown  # all of it on screen (wrapped, a long path cut anywhere)
+        # the written serve.sh still follows the devices and TP the user sets
+        script = (Path(out) / "serve.sh").read_text()
+        assert "${CUDA_VISIBLE_DEVICES:-${MACA_VISIBLE_DEVICES:-" in script and "${TP:-1}" in script

@@ -48,7 +48,7 @@ class WeightsProgress(_LiveLines):
     def __init__(self, stream=None) -> None:
         super().__init__(stream)
         self.shard = ("", 0, 0)  # the shard being written: name, its number, of how many
-
+        self.checking = False  # the plan's transformers check runs beside the copy, not answered yet
 
     def _copying(self, done: int, total: int, eta) -> None:
         import shutil
@@ -84,6 +84,12 @@ class WeightsProgress(_LiveLines):
         elif isinstance(typed, ShardWritten) and typed.status == "done":
             name, n, of = self.shard if self.shard[0] == typed.shard else (typed.shard, raw.get("index", 0), raw.get("of", 0))
             self._say(f"  ✓ shard {n}/{of} {name} written ({human_bytes(typed.bytes)})")
+        elif isinstance(typed, Stage) and typed.name == "check":
+            self.checking = typed.status == "start"
+        elif isinstance(typed, Stage) and typed.name == "extract" and typed.status == "done" and self.checking:
+            # the copy is kept only on the check's verdict: a wait of seconds (the check child
+            # imports torch), said before it starts
+            self._say("checking the plan and the output's structure against transformers")
         elif isinstance(typed, Stage) and typed.name == "verify" and typed.status == "start":
             self._say(f"verifying the copied tensors ({human_bytes(raw.get('total_bytes') or 0)})")
         elif isinstance(typed, Stage) and typed.name == "verify" and typed.status == "done":

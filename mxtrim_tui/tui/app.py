@@ -38,7 +38,7 @@ from .children import trim_argv
 from .screens.selection import SelectionScreen
 from .screens.source import SourceScreen
 from .keymap import binding_scopes, check_keymap
-from .settings import config_dir, remember_source
+from .settings import keymap_path, remember_source
 from .state import WizardState
 
 EXIT_GRACE = 5.0  # seconds the app has to finish exiting once its children are stopped
@@ -230,7 +230,7 @@ class MxtrimApp(App):
 
         screens |= {"help": HelpScreen.BINDINGS, "error": ErrorScreen.BINDINGS, "confirm quit": ConfirmQuitScreen.BINDINGS,
                     "validate dialog": ValidateDialog.BINDINGS, "example dialog": ExampleDialog.BINDINGS}
-        check = check_keymap(config_dir() / "keymap.json", binding_scopes(self.BINDINGS, WizardScreen.BINDINGS, screens))
+        check = check_keymap(keymap_path(), binding_scopes(self.BINDINGS, WizardScreen.BINDINGS, screens))
         self.keymap_problems = check.problems
         if check.keymap:
             self.set_keymap(check.keymap)

@@ -9,6 +9,11 @@ from pathlib import Path
 from ..core.user_settings import config_dir
 
 
+def keymap_path() -> Path:
+    """The user's key map, ``keymap.json`` under ``$XDG_CONFIG_HOME/mxtrim`` (``~/.config/mxtrim``)."""
+    return config_dir() / "keymap.json"
+
+
 def load_recent(limit: int = 8) -> list[str]:
     from ..core.read.remote import parse_remote
 

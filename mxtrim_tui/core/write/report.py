@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 from datetime import datetime, timezone
 from pathlib import Path
@@ -100,6 +101,30 @@ def default_devices(serve: BudgetInputs | None) -> str:
     if serve is None:
         return "$(seq -s, 0 $((${TP:-1} - 1)))"
     return ",".join(str(i) for i in range(gpus_needed(serve)))
+
+
+_SHELL_DEFAULT = re.compile(r"\$\{[A-Za-z_]\w*:-([^${}]*)\}")  # ${PORT:-8000}: what the shell uses when PORT is unset
+
+
+def typed_serve_command(serve: dict) -> str | None:
+    """The serve command of an output as a person types it, on one line (what the wizard shows
+    and copies): ``serve`` is ``mxtrim-plan.json``'s object, whose ``command`` is the README's;
+    the devices are listed (the first TP × PP × DP GPUs, :func:`default_devices`) and PORT, TP
+    and the memory utilisation written out. README.md and serve.sh keep the command that
+    follows the visible devices, PORT and TP a user has set. None: no such command in ``serve``."""
+    command = serve.get("command")
+    start = command.find("vllm serve ") if isinstance(command, str) else -1
+    counts = [serve.get(k, 1) for k in ("tp", "pp", "dp")]
+    if start < 0 or not all(type(n) is int and n > 0 for n in counts):
+        return None
+    devices = default_devices(BudgetInputs(tp=counts[0], pp=counts[1], dp=counts[2]))
+    try:  # the command's other variables (HF_HUB_OFFLINE=1 …), kept as they are
+        env = shlex.split(command[:start].replace("\\\n", " "))
+    except ValueError:
+        return None
+    env = [f"{name}={devices}" for name in ("CUDA_VISIBLE_DEVICES", "MACA_VISIBLE_DEVICES")] + [
+        shlex.quote(word) for word in env if not word.startswith(("CUDA_VISIBLE_DEVICES=", "MACA_VISIBLE_DEVICES="))]
+    return " ".join(env) + " " + _SHELL_DEFAULT.sub(r"\1", command[start:])
 
 
 def devices_assumed(serve: BudgetInputs | None) -> str:

@@ -10,7 +10,9 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen, Screen
 from textual.strip import Strip
 from textual.css.query import NoMatches
-from textual.widgets import Footer, Header, Input, Markdown, Static
+from textual.widgets import Checkbox, Footer, Header, Input, Markdown, Static
+
+from ..settings import keymap_path
 
 STEPS = (
     ("source", "Source"),
@@ -64,6 +66,15 @@ class TailInput(Input):
         shown = Text("…" + tail, end="")
         strip = Strip(list(self.app.console.render(shown, self.app.console_options.update_width(width + 1))))
         return strip.crop(0, width + 1).extend_cell_length(width + 1).apply_style(self.rich_style)
+
+
+class MarkedCheckbox(Checkbox):
+    """A check box whose state reads without colour: ▐X▌ ticked, ▐ ▌ cleared (Textual's shows
+    ▐X▌ either way, told apart by colour only)."""
+
+    @property
+    def BUTTON_INNER(self) -> str:  # noqa: N802 (Textual's name, read when the box is drawn)
+        return "X" if self.value else " "
 
 
 class WizardScreen(Screen):
@@ -161,7 +172,7 @@ class HelpScreen(ModalScreen[None]):
         if jumps:
             keys = " ".join(self.app.get_key_display(b) for b in jumps)
             lines.append(f"- `{keys}` jump to step 1–6 when no text box has focus *(ids `step.source` … `step.run`)*")
-        lines += ["", "Keys can be remapped by id in `~/.config/mxtrim/keymap.json`."]
+        lines += ["", f"Keys can be remapped by id in `{keymap_path()}`."]  # the file read ($XDG_CONFIG_HOME)
         problems = getattr(self.app, "keymap_problems", [])
         if problems:
             lines += ["", "**Key map problems** (those entries are not applied)", ""]

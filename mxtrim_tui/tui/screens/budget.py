@@ -17,7 +17,7 @@ from textual.widgets import Checkbox, DataTable, Input, Label, Static
 from ...core.plan.budget import check_parallelism, compute_budget, parse_budget_inputs
 from ...core.write.report import default_serve
 from ...core.units import human_bytes, shown_bytes
-from .base import WizardScreen
+from .base import MarkedCheckbox, WizardScreen
 
 GPU_REFRESH_SECONDS = 5.0
 
@@ -104,7 +104,7 @@ class BudgetScreen(WizardScreen):
                     if row == "budget-inputs-2":
                         with Vertical(classes="budget-field"):
                             yield Label("EP")
-                            yield Checkbox("experts", id=f"in-{self.EP}")
+                            yield MarkedCheckbox("experts", id=f"in-{self.EP}")  # ▐X▌ on, ▐ ▌ off
             yield Static("", id="budget-errors")
             yield Static("", id="disk-view")
             yield Label("GPUs", classes="pane-title")

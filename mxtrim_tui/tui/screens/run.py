@@ -110,7 +110,7 @@ class RunScreen(WizardScreen):
         self._last_error = ""
         self.kind = "trim"
         self.validation = ValidationView()
-        self.serve_command = ""  # the command shown under the log (the README's, or the one validation ran)
+        self.serve_command = ""  # the output's serve command shown under the log, as a person types it
         self.worked_on = None  # the output this step wrote or validated last: what `v` offers
         self._wrote_nothing = False  # the last trim was cancelled or failed: no output to offer
 
@@ -124,8 +124,11 @@ class RunScreen(WizardScreen):
             # auto_scroll off: the anchor below follows the tail, and lets go while the user reads
             # higher up (a per-write "am I at the bottom?" check misses bursts of lines written
             # before the pending scroll has happened, and then stops following for good).
-            # Long lines wrap: nothing of a server's error is cut off at 80 columns.
-            yield RichLog(id="run-log", max_lines=LOG_LINES, wrap=True, markup=False, highlight=False, auto_scroll=False)
+            # Long lines wrap: nothing of a server's error is cut off at 80 columns. They wrap at
+            # the width the log has beside its scrollbar (its gutter is kept while the log is still
+            # short, app.tcss), not at RichLog's 78 columns at least.
+            yield RichLog(id="run-log", max_lines=LOG_LINES, wrap=True, markup=False, highlight=False, auto_scroll=False,
+                          min_width=1)
             # what a run leaves: the validation's rows and the output's serve command, in one box
             # that scrolls, under a line saying what it holds (r: the whole screen)
             yield Static("", id="run-results-title")
@@ -207,14 +210,17 @@ class RunScreen(WizardScreen):
         self._show_results_title()
         self.refresh_bindings()
 
-    def _show_output_command(self, output) -> None:
-        """The output's own serve command (its README's, from mxtrim-plan.json): what `c` copies
-        after a validation too, never the CPU command the validation's server ran with."""
+    def _show_output_command(self, output, title: str = "the output's serve command (its serve.sh does the same)") -> None:
+        """The output's own serve command (its README's, from mxtrim-plan.json) as a person types
+        it: the devices listed, port and TP written out (README.md and serve.sh follow what the
+        user sets). What `c` copies, after a validation too: never the CPU command the
+        validation's server ran with."""
         from ...core.validate.headline import planned_serve
+        from ...core.write.report import typed_serve_command
 
-        command = (planned_serve(output) or {}).get("command") if output else None
-        if isinstance(command, str) and command:
-            self._show_command("the output's serve command, as in its README.md", command)
+        command = typed_serve_command(planned_serve(output) or {}) if output else None
+        if command:
+            self._show_command(title, command)
 
     def action_copy_command(self) -> None:
         if self.serve_command:
@@ -434,8 +440,9 @@ class RunScreen(WizardScreen):
         bar = self.query_one("#run-progress", ProgressBar)
         elapsed = clock() - self.progress.started
         if self.kind == "validate":
-            stats.update(f"finished in {elapsed:.1f} s")
-            bar.update(total=1, progress=1)
+            # stopped (Escape): said as a cancelled trim says it, never as a full bar
+            stats.update(f"stopped after {elapsed:.1f} s" if message.cancelled else f"finished in {elapsed:.1f} s")
+            bar.update(total=1, progress=0 if message.cancelled else 1)
             self._validation_exited(message)
             return
         if message.cancelled:
@@ -477,9 +484,7 @@ class RunScreen(WizardScreen):
         else:
             bar.update(progress=bar.total)
         self._log(Text(f"done (exit {message.returncode})", style="bold green" if message.returncode == 0 else "bold yellow"))
-        command = doc.get("serve_command")
-        if command:
-            self._show_command("serve it with (also in README.md; v validates it here)", command)
+        self._show_output_command(out, "serve it with (the output's serve.sh does the same; v validates it here)")
         self._show_batched_test(doc.get("batched_test"), status, out)
 
     def _show_batched_test(self, harness, status: Static, out) -> None:

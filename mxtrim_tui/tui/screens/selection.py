@@ -130,7 +130,7 @@ class SelectionScreen(WizardScreen):
         if table.row_count:
             table.move_cursor(row=min(row, table.row_count - 1))
         auto = " (auto)" if plan.auto.get("text") else ""
-        errors, warnings = len(plan.errors), len(plan.warnings) + len(plan.omitted)  # as the Issues tab lists them
+        errors, warnings = self._show_issues(plan)  # the summary counts what the Issues tab lists
         status = Text()
         status.append(f"{plan.new_depth} text layer(s){auto}: {index_ranges(plan.kept.get('text', []))}")
         if "mtp" in inv.submodels:
@@ -151,8 +151,6 @@ class SelectionScreen(WizardScreen):
         spec = self.query_one("#spec", Input)
         if plan.auto.get("text") and not spec.has_focus:
             spec.value = ""  # the automatic set: a spec typed earlier no longer applies
-
-        self._show_issues(plan)
 
         cov = Table(box=None, pad_edge=False, expand=True)
         for col in ("", "kind", "kept", "request"):
@@ -178,19 +176,26 @@ class SelectionScreen(WizardScreen):
         self.query_one("#diff-view", Static).update(diff if plan.edits else "no field changes")
         self._show_needed(plan)
 
-    def _show_issues(self, plan) -> None:
+    def _show_issues(self, plan) -> tuple[int, int]:
+        """The Issues tab: every blocking error and warning, each with its fix; returns how many
+        of each it lists (what the summary counts)."""
         issues = Text()
+        errors = warnings = 0
         for i in plan.issues:
+            errors, warnings = errors + (i.level == "error"), warnings + (i.level != "error")
             message = in_wizard_terms(i.message)  # the wizard's keys, not the CLI's flags
             issues.append(("✗ " if i.level == "error" else "⚠ ") + message + "\n", style="bold red" if i.level == "error" else "yellow")
             if i.fix:
                 issues.append(f"   fix: {in_wizard_terms(i.fix)}\n", style="dim")
         for c in plan.omitted:
             issues.append(f"⚠ not covered: {c.submodel} {c.kind} ({shown_bytes(c.bytes_dropped)})\n", style="yellow")
+        warnings += len(plan.omitted)
         blocker = self.app.state.weights_blocker() if self.app.state.plan is plan else None
         if blocker:  # a partial download: real weights cannot be written for this selection
             issues.append(f"⚠ real weights: {blocker}\n", style="yellow")
+            warnings += 1
         self.query_one("#issues-view", Static).update(issues if issues.plain else Text("✓ no warnings", style="green"))
+        return errors, warnings
 
     def _show_needed(self, plan) -> None:
         """The source shards a real-weight trim of this selection reads (only for a source cut

@@ -15,13 +15,13 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import Button, Checkbox, Input, Label, Static
+from textual.widgets import Button, Checkbox, Input, Static
 
 from ...core.errors import InputError
 from ...core.user_settings import get_setting
 from ...core.validate.run import read_output
 from ...core.probe.vllm_python import SETTING, VllmNotFound, VllmPython, find_vllm_python, origin_words
-from .base import TailInput
+from .base import MarkedCheckbox, TailInput
 
 
 @dataclass
@@ -45,15 +45,6 @@ def output_problem(text: str) -> tuple[dict | None, str]:
         return None, str(exc)
 
 
-class MarkedCheckbox(Checkbox):
-    """A check box whose state reads without colour: ▐X▌ ticked, ▐ ▌ cleared (Textual's shows
-    ▐X▌ either way, told apart by colour only)."""
-
-    @property
-    def BUTTON_INNER(self) -> str:  # noqa: N802 (Textual's name, read when the box is drawn)
-        return "X" if self.value else " "
-
-
 class ValidateDialog(ModalScreen["ValidateRequest | None"]):
     BINDINGS = [
         Binding("escape", "cancel", "Cancel", id="validate.cancel"),
@@ -70,20 +61,24 @@ class ValidateDialog(ModalScreen["ValidateRequest | None"]):
         self._speculative_chosen = False  # the user ticked or cleared it: their choice stays
 
     def compose(self) -> ComposeResult:
-        # scrolls when the terminal is short (80×24): focusing Start brings it into view
-        with VerticalScroll(id="validate-box"):
-            yield Static("[b]Validate an output[/]", id="validate-title")
-            yield Label("Output directory")
-            yield TailInput(self.initial_output, id="validate-output", compact=True)
+        # 80×24 holds it all: the title and the boxes' names are on their frames, a check box
+        # takes one line; the buttons are docked at the bottom, in sight while the rest scrolls
+        # (a long "vLLM not found" on a short terminal)
+        with VerticalScroll(id="validate-box") as box:
+            box.border_title = "Validate an output"
+            output = TailInput(self.initial_output, id="validate-output")
+            output.border_title = "Output directory"
+            yield output
             yield Static("", id="validate-output-note")
-            yield Label("vLLM interpreter (kept for next time)")
-            yield Input(get_setting(SETTING) or "", id="validate-python", placeholder="e.g. ~/vllm-env/bin/python", compact=True)
+            python = Input(get_setting(SETTING) or "", id="validate-python", placeholder="e.g. ~/vllm-env/bin/python")
+            python.border_title = "vLLM interpreter (kept for next time)"
+            yield python
             yield Static("$MXTRIM_VLLM_PYTHON comes first when set; empty: a vllm on PATH, then this interpreter",
                          id="validate-python-rule")
             yield Static("looking for vLLM …", id="validate-found")
-            yield MarkedCheckbox("start vllm serve (health, completion, chat, long input)", True, id="validate-serve")
-            yield MarkedCheckbox("speculative decoding through the kept MTP layer", False, id="validate-speculative")
-            yield MarkedCheckbox("equivalence with the original model (real weights)", False, id="validate-equivalence")
+            yield MarkedCheckbox("start vllm serve (health, completion, chat, long input)", True, id="validate-serve", compact=True)
+            yield MarkedCheckbox("speculative decoding through the kept MTP layer", False, id="validate-speculative", compact=True)
+            yield MarkedCheckbox("equivalence with the original model (real weights)", False, id="validate-equivalence", compact=True)
             with Horizontal(id="validate-buttons"):
                 yield Button("Start (Enter / Ctrl+S)", id="validate-start", variant="primary")
                 yield Button("Cancel (Esc)", id="validate-cancel")
