@@ -174,7 +174,7 @@ def test_a_busy_metax_gpu_names_its_process_and_is_never_taken(tmp_path):
     assert (proc["pid"], proc["name"], proc["used_bytes"]) == (holder.pid, name, 1616904192) and name.startswith("python")
     assert out["gpus"]["vendor"] == "metax" and out["choice"]["gpus"] is None
     refused = out["choice"]["refused"]
-    assert refused == f"0 idle GPU(s) of 1, 1 needed; GPU 0 is in use by {name}[{holder.pid}]"
+    assert refused == f"0 idle GPUs of 1, 1 needed; GPU 0 is in use by {name}[{holder.pid}]"
 
 
 def test_driver_not_loaded_is_a_reason_not_a_crash():

@@ -39,7 +39,7 @@ def test_explicit_busy_gpu_is_refused_naming_the_process():
 
 def test_not_enough_idle_gpus_is_refused():
     choice = choose_devices("auto", box({i: "job" for i in range(7)}), count=2)
-    assert choice.refused and choice.refused.startswith("1 idle GPU(s) of 8, 2 needed")
+    assert choice.refused and choice.refused.startswith("1 idle GPU of 8, 2 needed")
 
 
 def test_metax_devices_are_maca():

@@ -292,7 +292,7 @@ def test_pipeline_parallel_servers_take_tp_times_pp_gpus_free_of_others(built, g
     r = batch(built, state, models, "--jobs", "auto", "--pp", "2", "--gpu-memory-utilization", "0.3")
     doc = json.loads(r.stdout)
     assert [row["state"] for row in doc["rows"]] == ["refused", "refused"] and not events(state)
-    assert "1 GPU(s) free of other processes' memory, 2 needed" in doc["rows"][0]["note"]
+    assert "1 GPU free of other processes' memory, 2 needed" in doc["rows"][0]["note"]
 
     held = json.loads((state / "gpus.json").read_text())[0]
     (state / "gpus.json").write_text(json.dumps([held] + [{"total": 140 * GIB, "processes": []}] * 3))

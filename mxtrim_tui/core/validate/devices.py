@@ -85,7 +85,7 @@ def choose_devices(requested: str, probe, count: int, gpus: str | None = None,
     free = [g.index for g in visible if not g.processes]
     if len(free) < count:
         busy = [b for b in (_busy(g) for g in visible) if b]
-        return DeviceChoice(kind, None, "", refused=f"{len(free)} idle GPU(s) of {len(visible)}, {count} needed; " + "; ".join(busy))
+        return DeviceChoice(kind, None, "", refused=f"{plural(len(free), 'idle GPU')} of {len(visible)}, {count} needed; " + "; ".join(busy))
     chosen = ",".join(str(i) for i in free[:count])
     return DeviceChoice(kind, chosen, f"GPU {chosen}: idle ({len(visible) - len(free)} busy left alone)")
 

@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..child_process import NotStarted, parent_death_signal, start
+from ..units import plural
 from .devices import others_on, pid_exists
 
 MAX_SHARED = 0.95  # the shares of one GPU's memory that its servers may add up to
@@ -124,7 +125,7 @@ class GpuLedger:
                 continue
             usable.append((g, here))
         if len(usable) < job.devices:
-            return Placement(None, refused=f"{len(usable)} GPU(s) free of other processes' memory, {job.devices} needed"
+            return Placement(None, refused=f"{plural(len(usable), 'GPU')} free of other processes' memory, {job.devices} needed"
                              + (": " + "; ".join(reasons) if reasons else ""))
         free_now = []
         for g, here in usable:
@@ -137,7 +138,7 @@ class GpuLedger:
             free_now.append((len(here), g.index))
         if len(free_now) < job.devices:
             if not running:
-                return Placement(None, refused=f"no {job.devices} GPU(s) with {share:g} of their memory free")
+                return Placement(None, refused=f"no {plural(job.devices, 'GPU')} with {share:g} of their memory free")
             return Placement(None)
         chosen = sorted(i for _, i in sorted(free_now)[:job.devices])
         return Placement(chosen)
