@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
-from engine_support import plan_for
+import pytest
+
+from engine_support import plan_for, run_cli
 from mxtrim_tui.core.plan.budget import BudgetInputs, compute_budget
 
 CONFIG = "tests/fixtures/published_workspace/tools/batched_test/models/DeepSeek-V4-Flash-FP8_sgl_project/config.json"
@@ -74,3 +77,50 @@ def test_every_v4_layer_kind_holds_what_vllm_reserves(tmp_path):
         assert "vLLM 0.32.0" in line.note and f"window {window}" in line.note
         assert "4,096 tokens held per sequence" in line.note  # window − 1 + the batch in flight, capped
     assert "indexer" not in big.note and "compressor state" in big.note and "indexer keys" in four.note
+
+
+def _served_with(log: list[str]) -> dict:
+    """The serve settings of a captured start-up: vLLM's "non-default args" line."""
+    import ast
+
+    line = next(line for line in log if "non-default args: " in line)
+    return ast.literal_eval(line.split("non-default args: ", 1)[1])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("keep, log", [(None, "h100-0.26.0-deepseek-v4-fp8-auto.log"),
+                                       ("0,3", "h100-0.26.0-deepseek-v4-keep-0-3-pages.log")])
+def test_a_v4_dummy_loads_the_weights_per_gpu_that_vllm_logged(tmp_path, keep, log):
+    """The published V4 FP8 config alone, dummy, served by vLLM 0.26.0 on an H100 (the automatic
+    set, then --keep 0,3; no MTP drafter, as served): the weights per GPU of `mxtrim plan` and of
+    validation's prediction are what vLLM logged as "Model loading took", to its printed
+    precision (0.01 GiB: half of it the print's rounding, half the caching allocator's whole-block
+    remainders, 2.55 MiB for the automatic set when its allocation order was replayed on an H100).
+    They fell 0.67 GiB short, the same both times: the load buffers vLLM builds beside the
+    tensors (two rotary caches, the indexer's top-k buffer, the MTP hidden-state buffer,
+    DeepGEMM's workspace) were not counted, nor the indexer compressor's 16-bit projections."""
+    from mxtrim_tui.core.validate.memory_check import predict
+    from mxtrim_tui.core.validate.serve import ServeOptions
+    from mxtrim_tui.core.validate.vllm_log import parse_startup
+
+    lines = (Path(__file__).parent / "fixtures" / "gpu_logs" / log).read_text().splitlines()
+    logged, args = parse_startup(lines), _served_with(lines)
+    precision = 2 * logged.rounding_bytes["weights_bytes"]  # one unit of the last printed decimal
+    src = tmp_path / "v4"
+    src.mkdir()
+    shutil.copy(CONFIG, src / "config.json")
+    keep_flags = ["--keep", keep] if keep else []
+    serve = ["--max-model-len", str(args["max_model_len"]), "--max-num-seqs", str(args["max_num_seqs"]),
+             "--max-num-batched-tokens", str(args["max_num_batched_tokens"]), "--kv-cache-dtype", args["kv_cache_dtype"],
+             "--gpu-memory-utilization", str(args["gpu_memory_utilization"])]
+    shown = run_cli("plan", str(src), *keep_flags, "--no-mtp", *serve, "--json")
+    assert shown.returncode == 0, shown.stderr
+    planned = json.loads(shown.stdout)["budget"]["weights_per_gpu_bytes"]
+    assert abs(planned - logged.weights_bytes) < precision, (planned / 2**30, logged.weights_bytes / 2**30)
+
+    out = tmp_path / "out"
+    trimmed = run_cli("trim", str(src), *keep_flags, "--mode", "dummy", "--out", str(out))
+    assert trimmed.returncode == 0, trimmed.stderr
+    opts = ServeOptions(python="python", device="cuda", max_model_len=args["max_model_len"], kv_cache_dtype="fp8",
+                        gpu_memory_utilization=args["gpu_memory_utilization"])
+    assert predict(out, opts)["weights_bytes"] == planned

@@ -256,14 +256,16 @@ def test_the_budget_counts_compressed_caches_and_says_it_is_unverified(sources):
 # --- item 7: the long-input request crosses the largest kept compression block -------------------
 def test_the_long_input_crosses_the_largest_kept_compression_block(sources):
     cfg = v4.config()
-    assert rq.long_input_need(cfg, ["compressed ÷128 · moe×8", "sliding window only · hash-moe×8"])[0] == 128
-    # ratio 4: past the indexer's top-k of compressed entries (16 × 4)
-    assert rq.long_input_need(cfg, ["compressed ÷4 + indexer · moe×8"])[0] == 64
+    # ratio 128: one compressed entry once the prompt holds 128 tokens
+    assert rq.long_input_need(cfg, ["compressed ÷128 · moe×8", "sliding window only · hash-moe×8"])[0] == 127
+    # ratio 4: the indexer selects among the compressed entries only past its top-k of them
+    # (vLLM: max_seq_len // 4 > index_topk), from 4 × (16 + 1) tokens
+    assert rq.long_input_need(cfg, ["compressed ÷4 + indexer · moe×8"])[0] == 67
     assert rq.long_input_need(cfg, ["sliding window only · moe×8"])[0] == 16
     assert rq.long_input_need({"sliding_window": 4096}, ["full · dense"]) == (None, "")
     # the plan's coverage rows say the same length
     plan = plan_for(sources["published"], ["0,3"])
-    assert any("longer than 128 tokens" in c.request for c in plan.coverage if c.kept)
+    assert any("longer than 127 tokens" in c.request for c in plan.coverage if c.kept)
 
 
 @pytest.mark.parametrize("tokens_per_word", [3, 0.5, 1])
@@ -309,3 +311,43 @@ def test_served_with_the_fp8_cache_vllm_requires_of_v4(sources, tmp_path):
     demo = build_demo(tmp_path / "demo")
     other = write_dummy(plan_for(demo, ["0"]), tmp_path / "demo-out").path
     assert required_kv_cache_dtype(other) is None and "--kv-cache-dtype" not in (other / "serve.sh").read_text()
+
+
+@pytest.mark.slow
+def test_a_dummy_output_says_which_vllm_releases_cannot_start_it(sources, tmp_path):
+    """vLLM 0.26.0 to 0.28.0 cannot start a dummy DeepSeek-V4 output (the first layer's mHC
+    broadcast weights are set only while real weights load: "assert self.hc_attn_fn_broadcast
+    is not None", tests/fixtures/gpu_logs/h100-0.26.0-deepseek-v4-dummy-mhc.log). `trim` and
+    `plan` say it in one line with what to do, beside "fits", when the vLLM in use (found as
+    validation finds it) is one of those releases or none is found; not with a later vLLM, not
+    for a real-weight output."""
+    from test_vllm_discovery import make_env
+
+    old, new, none = (make_env(tmp_path / name, vllm=version) for name, version in
+                      (("old", "0.26.0"), ("new", "0.32.0"), ("none", None)))
+    src = sources["published"]
+
+    def said(python, *args):
+        proc = run_cli(*args, env={"MXTRIM_VLLM_PYTHON": python})
+        assert proc.returncode == 0, proc.stderr
+        return [line for line in (proc.stdout + proc.stderr).splitlines() if "hc_attn_fn_broadcast" in line]
+
+    lines = said(old, "trim", str(src), "--keep", "0,3", "--mode", "dummy", "--out", str(tmp_path / "dummy-old"))
+    assert len(lines) == 1, lines
+    assert "vLLM 0.26.0 up to 0.29.0 (not included) cannot start a dummy DeepSeek-V4 output" in lines[0]
+    assert "(named by $MXTRIM_VLLM_PYTHON) is 0.26.0" in lines[0]
+    assert "serve the output with vLLM 0.29.0 or later, or trim with --mode weights" in lines[0]
+    assert said(new, "trim", str(src), "--keep", "0,3", "--mode", "dummy", "--out", str(tmp_path / "dummy-new")) == []
+    assert said(old, "trim", str(src), "--keep", "0,3", "--mode", "weights", "--out", str(tmp_path / "weights")) == []
+
+    planned = said(old, "plan", str(src), "--keep", "0,3", "--mode", "dummy")
+    assert len(planned) == 1 and "is 0.26.0" in planned[0]
+    # a config alone makes only a dummy output (no --mode needed to know it), and no real-weight
+    # trim is offered; a vLLM that cannot be found may be one of those releases
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    (bare / "config.json").write_text((src / "config.json").read_text())
+    unknown = said(none, "plan", str(bare), "--keep", "0,3")
+    assert len(unknown) == 1 and "no vLLM was found to tell whether the one in use is affected" in unknown[0]
+    assert "--mode weights" not in unknown[0]
+    assert said(new, "plan", str(bare), "--keep", "0,3", "--json") == []

@@ -134,3 +134,23 @@ def test_a_malformed_plan_file_is_one_line_naming_it(demo, tmp_path, edit, messa
     plan_file.write_text(json.dumps(doc))
     r = run_cli("trim", "--plan", str(plan_file), "--out", str(tmp_path / "out"))
     assert r.returncode == 1 and len(r.stderr.splitlines()) == 1 and str(plan_file) in r.stderr and message in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("typed", [[], ["--kv-cache-dtype", "auto"]])
+def test_a_v4_output_records_the_kv_cache_dtype_its_command_passes(tmp_path, typed):
+    """vLLM serves DeepSeek-V4 with an fp8 cache only, so the serve command passes
+    --kv-cache-dtype fp8 (none typed, or auto): the output's plan file (mxtrim-plan.json) and
+    its budget say the same, not "auto"."""
+    import dsv4_support as v4
+
+    src = v4.published_source(tmp_path / "v4")
+    plan_file = tmp_path / "p.json"
+    saved = run_cli("plan", str(src), "--keep", "0,2", *typed, "--mode", "dummy", "--save", str(plan_file))
+    assert saved.returncode == 0, saved.stderr
+    out = tmp_path / "out"
+    trimmed = run_cli("trim", "--plan", str(plan_file), "--out", str(out))
+    assert trimmed.returncode == 0, trimmed.stderr
+    doc = json.loads((out / "mxtrim-plan.json").read_text())
+    assert "--kv-cache-dtype fp8" in doc["serve"]["command"]
+    assert doc["serve"]["kv_cache_dtype"] == "fp8" and doc["budget"]["inputs"]["kv_cache_dtype"] == "fp8"
+    assert "--kv-cache-dtype fp8" in (out / "README.md").read_text()

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from .arguments import selection_args
-from .trim_request import blocking_line, budget_inputs, checked_plan, serve_inputs, trim_request
+from .trim_request import blocking_line, budget_inputs, checked_plan, runtime_limit_lines, serve_inputs, trim_request
 
 
 def register(sub) -> None:
@@ -49,6 +49,8 @@ def _run(args, request) -> int:
     from ..core.plan.blockers import write_blockers
 
     blocking = write_blockers(plan, serve_inputs(plan, raw), None)
+    # what the vLLM in use cannot serve of the output this plan makes (DeepSeek-V4 dummy, 0.26-0.28)
+    limits = [] if blocking or args.fetch_list else runtime_limit_lines(plan, args.mode, args.python)
     if args.fetch_list:
         from ..core.plan.needed_shards import needed_shards
 
@@ -69,8 +71,11 @@ def _run(args, request) -> int:
             doc["remote"] = remote_download(plan)
         json.dump(doc, sys.stdout, indent=2)
         sys.stdout.write("\n")
+        for line in limits:
+            print(f"mxtrim: warning: {line}", file=sys.stderr)
     else:
         from rich.console import Console
+        from rich.text import Text
 
         from ..core.plan.budget import compute_budget
         from ..core.probe.gpu import probe_gpus
@@ -84,6 +89,8 @@ def _run(args, request) -> int:
             probe = probe_gpus()
             render_gpus(probe, console, gpu_memory_flag="gpu_gib" in raw)
             render_budget(compute_budget(plan, budget_inputs(plan, raw, probe)), console)
+            for line in limits:  # beside the budget's "fits": the vLLM in use may not start it at all
+                console.print(Text(f"warning: {line}", style="yellow"), soft_wrap=True)
             if plan.inventory.source.origin:
                 from ..core.units import human_bytes
 

@@ -13,7 +13,7 @@ from ..core.units import HASHES
 from .arguments import UsageError, parse_size, selection_args, validation_args
 from .harness_text import print_harness_text
 from .progress import WeightsProgress, progress_printer
-from .trim_request import blocking_line, budget_inputs, plan_and_check, serve_inputs, trim_request
+from .trim_request import blocking_line, budget_inputs, plan_and_check, runtime_limit_lines, serve_inputs, trim_request
 from .validation_run import leftover_servers_notice, print_validation, run_validation
 
 
@@ -116,10 +116,12 @@ def _run(args, remote) -> int:
     if args.validate or args.serve or args.equivalence:
         leftover_servers_notice(args)
         validation = run_validation(result.path, args, quiet=args.json)
+    # what the vLLM in use cannot serve of this output (DeepSeek-V4 dummy, vLLM 0.26-0.28)
+    limits = runtime_limit_lines(plan, request.mode, getattr(args, "python", None))
     if args.json:
-        _print_trim_json(request, plan, result, serve, validation, harness)
+        _print_trim_json(request, plan, result, serve, validation, harness, limits)
     else:
-        _print_trim_text(request, plan, result, validation, harness)
+        _print_trim_text(request, plan, result, validation, harness, limits)
     if harness is not None and "error" in harness:
         print(f"mxtrim: error: {harness['error']}; the output was written (append its entry later: "
               f"mxtrim batched-test-entry {result.path} --config {args.batched_test_config})", file=sys.stderr)
@@ -189,14 +191,14 @@ def _weights_checks(result) -> dict:
     }
 
 
-def _print_trim_json(request, plan, result, serve, validation, harness=None) -> None:
+def _print_trim_json(request, plan, result, serve, validation, harness=None, limits=()) -> None:
     from ..core.plan.plan_json import plan_to_json
     from ..core.write.report import serve_command
 
     command = serve_command(plan, result.path, request.mode, serve)
     doc = plan_to_json(plan, serve=budget_inputs(plan, request.serve)) | {
         "mode": request.mode, "output": str(result.path), "files": result.files, "serve_command": command,
-        "warnings": list(result.warnings)}
+        "warnings": [*result.warnings, *limits]}
     if request.mode == "weights":
         doc["checks"] = _weights_checks(result)
     if validation is not None:
@@ -207,7 +209,7 @@ def _print_trim_json(request, plan, result, serve, validation, harness=None) -> 
     sys.stdout.write("\n")
 
 
-def _print_trim_text(request, plan, result, validation, harness=None) -> None:
+def _print_trim_text(request, plan, result, validation, harness=None, limits=()) -> None:
     from rich.console import Console
     from rich.text import Text
 
@@ -219,6 +221,8 @@ def _print_trim_text(request, plan, result, validation, harness=None) -> None:
     console.print(Text.assemble(("wrote", "bold green"), f" {result.path} ({len(result.files)} files; see README.md there)"))
     for warning in result.warnings:  # also under Warnings in the output's README
         console.print(Text(f"warning: {warning}", style="yellow"))
+    for warning in limits:  # of the vLLM in use, not of the output: said here only
+        console.print(Text(f"warning: {warning}", style="yellow"), soft_wrap=True)
     if request.mode == "weights":
         integ = result.integrity
         console.print(

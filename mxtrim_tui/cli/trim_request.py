@@ -125,3 +125,26 @@ def blocking_line(blocking: list[str], then: str = "") -> str:
     from ..core.errors import one_line
 
     return "mxtrim: error: " + one_line("; ".join(blocking) + then)
+
+
+def runtime_limit_lines(plan, mode: str | None, python: str | None) -> list[str]:
+    """What some vLLM releases cannot serve of this output (the family's runtime_limits), said
+    when the vLLM that will serve it, found as validation finds it (``python``: --python), is
+    one of those releases or none is found. ``mode`` None (a plan without --mode): dummy when
+    the source holds no weights (a real-weight trim cannot be made), else nothing to say."""
+    from ..core.read.source import CONFIG_ONLY, INDEX_ONLY
+
+    weights_possible = plan.inventory.source.state not in (CONFIG_ONLY, INDEX_ONLY)
+    mode = mode or (None if weights_possible else "dummy")
+    limits = [limit for limit in plan.inventory.family.runtime_limits if limit.mode == mode]
+    if not limits:
+        return []
+    from ..core.probe.vllm_python import SETTING, VllmNotFound, find_vllm_python, origin_words
+    from ..core.user_settings import get_setting
+
+    try:
+        found = find_vllm_python(python, get_setting(SETTING))
+        version, where = found.version, origin_words(found.origin)
+    except VllmNotFound:  # none found, or the one named holds no vLLM: whether it is affected is unknown
+        version, where = None, ""
+    return [limit.warning(version, where, weights_possible) for limit in limits if limit.affects(version) is not False]

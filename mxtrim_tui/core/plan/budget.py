@@ -5,7 +5,9 @@
   from the config: core/plan/config_weights.py) partitioned as vLLM holds it (core/plan/partition.py):
   TP column / row / vocabulary splits, replicated norms, routers and MLA latent projections,
   KV heads replicated when fewer than TP, experts over EP = TP × DP ranks with expert
-  parallelism, layers over pipeline stages; the busiest GPU counts.
+  parallelism, layers over pipeline stages; the busiest GPU counts. Plus what vLLM allocates
+  while it loads beside the tensors (the family's ``load_buffers``: DeepSeek-V4's rotary
+  caches, top-k / hidden-state buffers and DeepGEMM's workspace), sized by the serve batch.
 * KV cache per token, per GPU and layer: full / sliding / chunked attention
   ``2 × max(1, kv_heads / TP) × head_dim × dtype``; MLA ``(kv_lora_rank + qk_rope_head_dim) ×
   dtype``, not divided by TP; DSA adds the indexer key cache (``index_head_dim`` FP8 bytes +
@@ -37,7 +39,7 @@ from ..model.families.base import (
 from ..model.quant import config_dtype
 from ..read.safetensors_io import DTYPE_BITS
 from ..units import human_bytes
-from .build import TrimPlan, long_input_tokens, text_config
+from .build import TrimPlan, default_context, text_config
 from .partition import EXPERT, RankWeights, block_split_failures, rank_weights
 
 
@@ -372,10 +374,21 @@ def recurrent_state_bytes(kind: str, cfg: dict, tp: int) -> int | None:
     return None
 
 
+def served_kv_cache_dtype(plan: TrimPlan, kv_cache_dtype: str) -> str:
+    """The --kv-cache-dtype the server is given: the one chosen, else (auto) the one vLLM
+    requires of the family (DeepSeek-V4: fp8), else auto."""
+    if kv_cache_dtype not in ("auto", ""):
+        return kv_cache_dtype
+    return plan.inventory.family.kv_cache_dtype or "auto"
+
+
 def compute_budget(plan: TrimPlan, inputs: BudgetInputs) -> Budget:
     cfg = text_config(plan)
+    inputs = replace(inputs, kv_cache_dtype=served_kv_cache_dtype(plan, inputs.kv_cache_dtype))  # what is served
     tp = max(1, inputs.tp)
-    ranks = rank_weights(plan, tp, inputs.pp, inputs.dp, inputs.expert_parallel)
+    # vLLM V1 prefills in chunks of max_num_batched_tokens, its profiling batch (mxtrim's serve command: the context)
+    batched = inputs.max_num_batched_tokens or inputs.max_model_len
+    ranks = rank_weights(plan, tp, inputs.pp, inputs.dp, inputs.expert_parallel, batched)
     weights = plan.retained_bytes
     per_gpu = ranks.per_gpu
     lines: dict[str, KvLine] = {}
@@ -385,9 +398,6 @@ def compute_budget(plan: TrimPlan, inputs: BudgetInputs) -> Budget:
     unestimated = 0
     window = first_int(cfg, "sliding_window", default=0)
     chunk = first_int(cfg, "attention_chunk_size", default=0)
-    # vLLM V1 prefills in chunks of max_num_batched_tokens, its profiling batch; the serve
-    # command mxtrim writes sets it to max_model_len unless told otherwise.
-    batched = inputs.max_num_batched_tokens or inputs.max_model_len
     dtype_bytes = model_dtype_bytes(cfg) if inputs.kv_cache_dtype in ("auto", "") else inputs.kv_dtype_bytes
     # what a sliding-window layer holds per sequence (the window, and one step's new tokens)
     windowed = min(window - 1 + batched, inputs.max_model_len) if window else inputs.max_model_len
@@ -572,31 +582,6 @@ def _quant_block(plan: TrimPlan) -> tuple[str, int] | None:
     return None
 
 
-def _max_model_len(plan: TrimPlan) -> int:
-    """Conservative, but long enough for the longest triggering prompt (index_topk, windows)."""
-    cfg = plan.inventory.source.config
-    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
-    need = 0
-    kinds = {m.kind.attention for m in plan.mappings if m.submodel == "text"}
-    if kinds & {DSA_FULL, DSA_SHARED} and isinstance(text.get("index_topk"), int):
-        need = max(need, text["index_topk"])
-    if "sliding" in kinds and isinstance(text.get("sliding_window"), int):
-        need = max(need, text["sliding_window"])
-    if "chunked" in kinds and isinstance(text.get("attention_chunk_size"), int):
-        need = max(need, text["attention_chunk_size"])
-    for kind in kinds:  # DeepSeek-V4: past the window, a compressed block, the indexer's top-k
-        ratio = compression_ratio(kind)
-        if ratio is not None:
-            need = max(need, long_input_tokens(text, ratio)[0])
-    length = 4096
-    while length < need + 512:
-        length *= 2
-    cap = text.get("max_position_embeddings")
-    if isinstance(cap, int) and cap > 0:
-        length = min(length, cap)
-    return length
-
-
 def default_serve(plan: TrimPlan) -> BudgetInputs:
     """The settings the report's serve command uses when none are chosen."""
-    return BudgetInputs(max_model_len=_max_model_len(plan), max_num_seqs=1)
+    return BudgetInputs(max_model_len=default_context(plan), max_num_seqs=1)

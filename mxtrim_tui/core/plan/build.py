@@ -1005,15 +1005,31 @@ def trigger_request(inv: Inventory, submodel: str, kind: LayerKind) -> str:
 def long_input_tokens(cfg: dict, ratio: int) -> tuple[int, str]:
     """DeepSeek-V4: how long a prompt must be to take every path of a layer with compression
     ratio ``ratio`` (past the sliding window; past one compressed block; at ratio 4 past the
-    indexer's top-k of compressed entries, vLLM selecting every entry below it), and why."""
-    window = first_int(cfg, "sliding_window", default=0) or 0
-    need, why = window, f"sliding_window={window}" if window else ""
-    if ratio > 1 and ratio > need:
-        need, why = ratio, f"one compressed block of {ratio}"
-    topk = first_int(cfg, "index_topk", default=0) or 0
-    if ratio == 4 and topk and topk * ratio > need:
-        need, why = topk * ratio, f"index_topk={topk} compressed entries of {ratio} tokens"
-    return need, why
+    indexer's top-k of compressed entries, vLLM selecting every entry below it), and why: the
+    longest of the family's boundaries (``Family.long_input``)."""
+    from ..model.families import family_for
+    from ..model.families.base import compressed_kind
+
+    found = family_for(cfg).long_input(cfg, compressed_kind(ratio))
+    longest = max(found, key=lambda b: b.tokens, default=None)
+    return (longest.tokens, longest.source) if longest else (0, "")
+
+
+def default_context(plan: TrimPlan) -> int:
+    """The context (--max-model-len) of the report's serve command when none is chosen:
+    conservative, but long enough for the longest triggering prompt: every kept attention
+    kind's boundaries (``Family.long_input``: windows, chunks, index_topk, compressed blocks)."""
+    cfg = plan.inventory.source.config
+    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
+    kinds = {m.kind.attention for m in plan.mappings if m.submodel == "text"}
+    need = max((b.tokens for kind in kinds for b in plan.inventory.family.long_input(text, kind)), default=0)
+    length = 4096
+    while length < need + 512:
+        length *= 2
+    cap = text.get("max_position_embeddings")
+    if isinstance(cap, int) and cap > 0:
+        length = min(length, cap)
+    return length
 
 
 def long_input_request(cfg: dict, ratio: int) -> str:

@@ -42,8 +42,16 @@ from .build import text_config
 
 TEXT, MTP, OUTSIDE = "text", "mtp", "outside"
 _UNQUANTIZED = re.compile(r"(^|\.)(embed_tokens|lm_head|embed|head|shared_head)\.|\.(mlp|block_sparse_moe|feed_forward)\.(gate|router)\.")
-# modules a family builds without quantization in vLLM, whatever the config says
-FAMILY_16BIT = {"deepseek_v4": re.compile(r"\.compressor\.(kv_proj|gate_proj)\.|\.weights_proj\.")}
+# modules a family builds without quantization in vLLM, whatever the config says (DeepSeek-V4:
+# both compressors' projections, the attention's and the indexer's own, transformers'
+# ``compressor.indexer.kv_proj``: DeepseekCompressor's fused_wkv_wgate has quant_config=None,
+# models/deepseek_v4/compressor.py:260 at v0.26.0)
+FAMILY_16BIT = {"deepseek_v4": re.compile(r"\.compressor\.(indexer\.)?(kv_proj|gate_proj)\.|\.weights_proj\.")}
+# parameters a family holds in float32 in vLLM whatever dtype transformers builds them in
+# (DeepSeek-V4's hyper-connection parameters, attention sinks, compressors' position biases
+# (vLLM's ``ape``) and router score-correction biases: nvidia/model.py, attention.py,
+# compressor.py; transformers 5.19 builds them in the model's dtype, 5.25 most in float32)
+FAMILY_32BIT = {"deepseek_v4": re.compile(r"(^|\.)(attn_hc|ffn_hc|hc_head)\.|\.(sinks|position_bias|e_score_correction_bias)$")}
 
 
 @dataclass
@@ -177,6 +185,9 @@ def quantized(plan, cfg: dict, name: str, dtype: str, shape: tuple, role: str) -
         dtype = config_dtype(cfg) or "BF16"
     if dtype == "I64" and name.endswith(".tid2eid"):
         dtype = "I32"  # DeepSeek-V4's hash table: int32 in the release and in vLLM
+    float32 = FAMILY_32BIT.get(plan.inventory.family.key)
+    if float32 and float32.search(name):
+        dtype = "F32"
     block = _fp8_block(plan)
     if block is None or role not in ("linear", "experts") or _not_converted(plan, name):
         return [(name, dtype, shape, tensor_nbytes(dtype, shape))]

@@ -25,6 +25,10 @@ whole). A split gives each rank ``ceil(size / ranks)`` rows of the dimension.
 Pipeline stages take the kept text layers as vLLM's ``get_pp_indices`` does (an even share, the
 remainder to the stages before the last); the first stage holds the embeddings, the last the
 final norm, the LM head and the MTP layers.
+
+Beside the tensors, each GPU holds what vLLM allocates while it loads the model (the family's
+``load_buffers``: DeepSeek-V4's rotary caches, top-k and hidden-state buffers, DeepGEMM's
+workspace), partitioning ``load buffers``.
 """
 
 from __future__ import annotations
@@ -33,11 +37,12 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from ..model.families.base import first_int
-from .build import text_config
+from ..model.families.base import LoadStage, first_int
+from .build import default_context, text_config
 from .config_weights import config_weights
 
 COLUMN, ROW, KV, VOCAB, EXPERT, REPLICATED = "column", "row", "kv", "vocab", "expert", "replicated"
+LOAD_BUFFERS = "load buffers"  # what vLLM allocates at load beside the tensors (Family.load_buffers)
 
 # (pattern on the tensor name, partitioning); the first match wins. Order matters: routed
 # experts before the MLP projections they are named like, shared experts after them.
@@ -145,6 +150,7 @@ class RankWeights:
     config_bytes: int = 0  # of total_bytes: derived from the config (parts without headers; config_weights.py)
     config_parts: list[str] = field(default_factory=list)  # those parts, in words
     config_problem: str = ""  # why some part without headers was not derived (it counts 0 B)
+    load_buffers: list[tuple[str, int]] = field(default_factory=list)  # (what, bytes) on the busiest GPU
 
     @property
     def source_of_figures(self) -> str:
@@ -185,11 +191,16 @@ class RankWeights:
                 "stage_bytes": self.stage_bytes, "by_partitioning": dict(sorted(self.by_kind.items())),
                 "total_bytes": self.total_bytes, "unknown_tensors": self.unknown_tensors,
                 "weights_from": self.source_of_figures, "config_bytes": self.config_bytes,
-                "config_parts": self.config_parts, "config_problem": self.config_problem or None}
+                "config_parts": self.config_parts, "config_problem": self.config_problem or None,
+                "load_buffers": [{"what": what, "bytes": n} for what, n in self.load_buffers]}
 
 
-def rank_weights(plan, tp: int = 1, pp: int = 1, dp: int = 1, expert_parallel: bool = False) -> RankWeights:
-    """Bytes per GPU of the plan's retained tensors under TP × PP (× DP with EP)."""
+def rank_weights(plan, tp: int = 1, pp: int = 1, dp: int = 1, expert_parallel: bool = False,
+                 max_num_batched_tokens: int | None = None) -> RankWeights:
+    """Bytes per GPU of the plan's retained tensors under TP × PP (× DP with EP), and of what
+    vLLM allocates beside them while it loads (sized by the serve batch
+    ``max_num_batched_tokens``; None: the context of the serve command's defaults, the batch
+    mxtrim's serve command and validation's server use)."""
     inv = plan.inventory
     src = inv.source
     cfg = text_config(plan)
@@ -236,6 +247,11 @@ def rank_weights(plan, tp: int = 1, pp: int = 1, dp: int = 1, expert_parallel: b
         b = tp_bytes(new, shape, nbytes, kind, tp, kv_heads, vocab)
         plain[stage] += b
         by_kind[stage][kind] = by_kind[stage].get(kind, 0) + b
+    stage_buffers = _load_buffers(plan, cfg, stages, max_num_batched_tokens)
+    for stage, buffers in enumerate(stage_buffers):
+        if buffers:
+            plain[stage] += sum(n for _, n in buffers)
+            by_kind[stage][LOAD_BUFFERS] = sum(n for _, n in buffers)
     weights = RankWeights(tp, len(stages), dp, ep, plain, expert_rank, {}, total, unknown,
                           derived.nbytes, derived.parts, derived.problem)
     stage_bytes = weights.stage_bytes
@@ -244,7 +260,25 @@ def rank_weights(plan, tp: int = 1, pp: int = 1, dp: int = 1, expert_parallel: b
     if ep > 1 and max(expert_rank[busiest]):
         kinds[EXPERT] = max(expert_rank[busiest])
     weights.by_kind = kinds
+    weights.load_buffers = stage_buffers[busiest]
     return weights
+
+
+def _load_buffers(plan, cfg: dict, stages: list[range], batched: int | None) -> list[list[tuple[str, int]]]:
+    """Per pipeline stage, what vLLM allocates at load beside the tensors (the family's
+    ``load_buffers``), from the attention kinds of the stage's layers (the MTP layers, served
+    as the drafter, on the last)."""
+    rule = plan.inventory.family.load_buffers
+    if rule is None:
+        return [[] for _ in stages]
+    if batched is None:
+        batched = default_context(plan)
+    kinds = {m.new: m.kind.attention for m in plan.mappings if m.submodel == "text"}
+    mtp = [m.kind.attention for m in plan.mappings if m.submodel == "mtp"]
+    last = len(stages) - 1
+    return [rule(cfg, LoadStage(tuple(kinds[i] for i in r if i in kinds) + (tuple(mtp) if s == last else ()),
+                                last=s == last, batched_tokens=batched, drafter=s == last and bool(mtp)))
+            for s, r in enumerate(stages)]
 
 
 def _expert_share(name: str, shape: tuple, nbytes: int, experts: int | None, ep: int) -> list[int]:

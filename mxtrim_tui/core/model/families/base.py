@@ -8,6 +8,7 @@ checkpoint and in the config, how MTP / draft heads are named, and which small r
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -52,6 +53,36 @@ def compression_ratio(kind: str) -> int | None:
         digits = kind[len(COMPRESSED_PREFIX):].split(" ", 1)[0]
         return int(digits) if digits.isdigit() else None
     return None
+
+
+@dataclass(frozen=True)
+class Boundary:
+    """A prompt length from which a layer kind takes a path that shorter prompts do not: a
+    prompt of more than ``tokens`` tokens crosses it (validation's long input must). ``what``
+    names it ("the sliding window 512"), ``source`` says where it comes from in the config."""
+
+    what: str
+    tokens: int
+    source: str
+
+
+# attention kind -> (config field, what its boundary is called)
+_LENGTH_FIELDS = {
+    SLIDING: ("sliding_window", "the sliding window"),  # vLLM attends to the last that many positions
+    CHUNKED: ("attention_chunk_size", "the attention chunk"),  # a longer prompt opens a second chunk
+    # DeepSeek-V3.2 / GLM-5 DSA: the indexer selects index_topk tokens, a choice only among more
+    DSA_FULL: ("index_topk", "the index top-k"),
+    DSA_SHARED: ("index_topk", "the index top-k"),
+}
+
+
+def length_boundaries(cfg: dict, attention: str) -> list[Boundary]:
+    """The boundaries of the common attention kinds (a family's ``long_input`` unless it has
+    its own), from the text config: the sliding window, the attention chunk, the sparse
+    indexer's top-k."""
+    field_name, what = _LENGTH_FIELDS.get(attention, (None, ""))
+    value = first_int(cfg, field_name) if field_name else None
+    return [Boundary(f"{what} {value}", value, f"{field_name}={value}")] if value and value > 0 else []
 
 
 # --- MLP kinds -------------------------------------------------------------------------
@@ -102,6 +133,59 @@ class Mtp:
 
 
 @dataclass(frozen=True)
+class LoadStage:
+    """What one GPU builds at load time, for a family's ``load_buffers``: the attention kinds of
+    its layers (the MTP layers too where they are served as the drafter), whether it is the
+    last pipeline stage, the serve batch (``--max-num-batched-tokens``) and whether it runs the
+    MTP drafter."""
+
+    kinds: tuple[str, ...]
+    last: bool
+    batched_tokens: int
+    drafter: bool = False
+
+
+def release(version: str | None) -> tuple[int, ...] | None:
+    """The release numbers a version string starts with (``0.28.1.dev3+g12ab`` -> (0, 28, 1));
+    None when it starts with none."""
+    m = re.match(r"\d+(?:\.\d+)*", version or "")
+    return tuple(int(x) for x in m.group(0).split(".")) if m else None
+
+
+@dataclass(frozen=True)
+class RuntimeLimit:
+    """A known limitation of some vLLM releases for an output of this family: releases from
+    ``since`` up to (not including) ``until`` cannot serve an output of ``mode`` ("dummy" or
+    "weights"), because of ``problem``. `mxtrim plan` / `trim` say it when they make such an
+    output and the vLLM in use is one of those releases, or unknown."""
+
+    mode: str
+    since: str
+    until: str
+    problem: str
+
+    def affects(self, version: str | None) -> bool | None:
+        """Whether vLLM ``version`` is one of the releases; None when the version is unknown."""
+        numbers = release(version)
+        if numbers is None:
+            return None
+        return release(self.since) <= numbers < release(self.until)
+
+    def warning(self, version: str | None, where: str = "", weights_possible: bool = True) -> str:
+        """The one line said: the releases, the problem, the vLLM in use and what to do."""
+        if version:
+            found = f"the vLLM in use ({where}) is {version}" if where else f"the vLLM in use is {version}"
+        elif where:
+            found = f"the vLLM in use ({where}) does not say its version"
+        else:
+            found = "no vLLM was found to tell whether the one in use is affected"
+        todo = f"serve the output with vLLM {self.until} or later"
+        if self.mode == "dummy" and weights_possible:
+            todo += ", or trim with --mode weights"
+        return f"vLLM {self.since} up to {self.until} (not included) {self.problem}; {found}: {todo}"
+
+
+@dataclass(frozen=True)
 class Family:
     key: str
     display: str
@@ -141,6 +225,15 @@ class Family:
     # The --kv-cache-dtype vLLM's GPU path requires of this family where it takes no other
     # (None: any); the serve command and validation's server pass it unless one is chosen.
     kv_cache_dtype: str | None = None
+    # What vLLM allocates while it loads the model beside the checkpoint's tensors (buffers,
+    # caches, workspaces), counted in the weights per GPU: (the text config, one GPU's
+    # LoadStage) -> [(what, bytes)]; None: nothing beside the tensors.
+    load_buffers: Callable[[dict, LoadStage], list[tuple[str, int]]] | None = None
+    # Known limitations of vLLM releases for this family's outputs (RuntimeLimit)
+    runtime_limits: tuple[RuntimeLimit, ...] = ()
+    # The prompt lengths from which a kept attention kind takes a path shorter prompts do not:
+    # (the text config, the attention kind) -> [Boundary]; validation's long input crosses them.
+    long_input: Callable[[dict, str], list[Boundary]] = length_boundaries
 
 
 # --- small helpers shared by family modules -------------------------------------------

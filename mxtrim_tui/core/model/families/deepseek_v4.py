@@ -28,7 +28,11 @@ Read in vLLM (``vllm/models/deepseek_v4/attention.py`` and ``model.py`` at vllm-
 
 from __future__ import annotations
 
-from .base import HASH_MOE, MOE, SLIDING_ONLY, Family, Mtp, Stack, compressed_kind, first_int, list_entry
+from ..quant import config_dtype
+from .base import (
+    HASH_MOE, MOE, SLIDING_ONLY, Boundary, Family, LoadStage, Mtp, RuntimeLimit, Stack, compressed_kind, compression_ratio,
+    first_int, list_entry,
+)
 
 DEFAULT_HASH_LAYERS = 3  # transformers' DeepseekV4Config.default_num_hash_layers
 DSPARK_DEFAULT_HEADS = 3  # vLLM dspark.py: getattr(config, "n_mtp_layers", None) or 3
@@ -137,6 +141,27 @@ def write_num_hash_layers(ctx) -> None:
         ctx.set("num_hash_layers", lead, "number of kept hash-routed layers (vLLM: layer index < num_hash_layers routes by hash)")
 
 
+def v4_boundaries(cfg: dict, attention: str) -> list[Boundary]:
+    """The prompt lengths from which a DeepSeek-V4 layer's paths run (vLLM 0.32.0
+    ``models/deepseek_v4/attention.py`` and ``cpu/cpu_sparse.py``): every layer attends to the
+    last ``sliding_window`` positions; a layer of ratio r > 1 also to one compressed entry per r
+    tokens, the first once the prompt holds r tokens; at ratio 4 the indexer selects
+    ``index_topk`` of those entries, and only where ``max_seq_len // 4 > index_topk`` (below it
+    every entry is taken without it): from 4 × (index_topk + 1) tokens."""
+    ratio = compression_ratio(attention)
+    if ratio is None:
+        return []
+    window = first_int(cfg, "sliding_window", default=0) or 0
+    found = [Boundary(f"the sliding window {window}", window, f"sliding_window={window}")] if window > 0 else []
+    if ratio > 1:
+        found.append(Boundary(f"the compressed block {ratio}", ratio - 1, f"one compressed block of {ratio} tokens"))
+    topk = first_int(cfg, "index_topk", default=0) or 0
+    if ratio == 4 and topk > 0:
+        found.append(Boundary(f"the indexer's top-k {topk} of ÷{ratio} entries", ratio * (topk + 1) - 1,
+                              f"index_topk={topk} of the compressed entries of {ratio} tokens"))
+    return found
+
+
 def check_hash_boundary(cfg: dict) -> list[str]:
     n, depth = first_int(cfg, "num_hash_layers"), first_int(cfg, "num_hidden_layers")
     if n is not None and depth is not None and n > depth:
@@ -144,6 +169,82 @@ def check_hash_boundary(cfg: dict) -> list[str]:
                 f"{n - depth} MTP layer(s) (layers {depth}..) with hash routing"]
     return []
 
+
+MiB = 1 << 20
+# vLLM 0.26.0's vendored DeepGEMM 2.5.0 (third_party/deep_gemm, csrc/jit/device_runtime.hpp):
+# its DeviceRuntime holds a cuBLASLt workspace of kCublasLtWorkspaceSize bytes from its first
+# use, made while the FP8 linear layers are built (vllm/utils/deep_gemm.py _lazy_init ->
+# set_pdl); a torch tensor, so vLLM's "Model loading took" counts it
+DEEPGEMM_WORKSPACE = 32 * MiB
+
+
+def _rope_caches(cfg: dict, ratios: set[int]) -> list[tuple[str, int]]:
+    """vLLM's rotary caches for the kept layers' ratios (models/deepseek_v4/common/rope.py and
+    model_executor/layers/rotary_embedding DeepseekV4ScalingRotaryEmbedding, v0.26.0 and
+    v0.32.0): float32 ``[positions, qk_rope_head_dim]`` (cos and sin halves), one per distinct
+    get_rope key: ``rope_theta`` for sliding-only layers (ratio <= 1), ``compress_rope_theta``
+    for compressed ones, YaRN (``original_max_position_embeddings × factor`` positions) on the
+    compressed layers; ``max_position_embeddings`` positions otherwise (0.26.0 gives the
+    sliding layers the YaRN length too: the same in the published configs)."""
+    rope_dim = first_int(cfg, "qk_rope_head_dim", default=0)
+    positions = first_int(cfg, "max_position_embeddings", default=0)
+    scaling = cfg.get("rope_scaling") if isinstance(cfg.get("rope_scaling"), dict) else cfg.get("rope_parameters")
+    scaling = scaling if isinstance(scaling, dict) else {}
+    yarn = (scaling.get("rope_type") or scaling.get("type")) not in (None, "default")
+    original, factor = scaling.get("original_max_position_embeddings"), scaling.get("factor")
+    theta = cfg.get("rope_theta") or scaling.get("rope_theta") or 10000
+    keys = set()
+    if any(r <= 1 for r in ratios):
+        keys.add((theta, positions))
+    if any(r > 1 for r in ratios):
+        compressed = positions
+        if yarn and isinstance(original, (int, float)) and isinstance(factor, (int, float)):
+            compressed = int(original * factor)
+        keys.add((cfg.get("compress_rope_theta", theta), compressed))
+    return [(f"rotary cache (theta {t:g}, {n:,} positions)", n * rope_dim * 4) for t, n in sorted(keys)]
+
+
+def v4_load_buffers(cfg: dict, stage: LoadStage) -> list[tuple[str, int]]:
+    """What vLLM 0.26.0's CUDA build allocates while it loads a DeepSeek-V4 model, beside the
+    checkpoint's tensors (read in the v0.26.0 wheel, paths under vllm/):
+
+    * models/deepseek_v4/nvidia/model.py:991, DeepseekV4Model.__init__: ``topk_indices_buffer``
+      (max_num_batched_tokens × index_topk int32, shared by the indexers); :1049, on the last
+      pipeline stage, ``_mtp_hidden_buffer`` (max_num_batched_tokens × hc_mult × hidden_size in
+      the model's dtype; 0.27.0 and later only with MTP speculative decoding); nvidia/mtp.py:178,
+      the MTP drafter's own top-k buffer;
+    * models/deepseek_v4/attention.py:242 (common/rope.py), the rotary caches registered by
+      model_executor/layers/rotary_embedding/deepseek_scaling_rope.py:248 (_rope_caches);
+    * utils/deep_gemm.py:262 (_apply_pdl -> set_pdl), DeepGEMM's cuBLASLt workspace, with
+      block-FP8 linear layers.
+
+    Seen on an H100 (tests/fixtures/gpu_logs): for the published V4-Flash FP8 config these
+    680 MiB, with the indexer's compressor counted 16-bit, leave between the tensors and
+    "Model loading took" only the caching allocator's whole-block remainders (2.55 MiB for the
+    automatic set, 0 for --keep 0,3, when the allocation order was replayed there)."""
+    batched = stage.batched_tokens
+    topk = batched * first_int(cfg, "index_topk", default=0) * 4
+    out = [("indexer top-k buffer", topk)]
+    if stage.drafter:
+        out.append(("MTP drafter's indexer top-k buffer", topk))
+    out += _rope_caches(cfg, {r for r in map(compression_ratio, stage.kinds) if r is not None})
+    if stage.last:
+        width = first_int(cfg, "hc_mult", default=1) * first_int(cfg, "hidden_size", default=0)
+        out.append(("MTP hidden-state buffer", batched * width * (4 if config_dtype(cfg) == "F32" else 2)))
+    quant = cfg.get("quantization_config") if isinstance(cfg.get("quantization_config"), dict) else {}
+    if str(quant.get("quant_method", "")).startswith("fp8") and quant.get("weight_block_size"):
+        out.append(("DeepGEMM workspace", DEEPGEMM_WORKSPACE))
+    return [(what, n) for what, n in out if n]
+
+
+# vLLM 0.26.0 to 0.28.0 (models/deepseek_v4/nvidia/model.py): finalize_mhc_broadcast_weights
+# runs in load_weights only, which --load-format dummy never calls; 0.29.0 runs it in
+# process_weights_after_loading, after any load (read in the released wheels)
+DUMMY_MHC = RuntimeLimit(
+    mode="dummy", since="0.26.0", until="0.29.0",
+    problem="cannot start a dummy DeepSeek-V4 output: its GPU model sets the first layer's mHC broadcast weights only "
+            "while real weights load (assert self.hc_attn_fn_broadcast is not None while the server starts)",
+)
 
 DEEPSEEK_V4 = Family(
     key="deepseek_v4",
@@ -167,6 +268,9 @@ DEEPSEEK_V4 = Family(
     # 0.26.0 refuses --kv-cache-dtype auto ("DeepseekV4 fp8_ds_mla layout only supports fp8
     # kv-cache, got auto", seen on an H100), later versions turn auto into fp8
     kv_cache_dtype="fp8",
+    load_buffers=v4_load_buffers,
+    runtime_limits=(DUMMY_MHC,),
+    long_input=v4_boundaries,
 )
 
 FAMILIES = (DEEPSEEK_V4,)
