@@ -93,6 +93,9 @@ def test_tp2_is_served_on_the_cpu_build_and_each_worker_is_predicted(tmp_path, m
     tokens = memory["figures"]["kv_tokens"]
     assert tokens["predicted"] == tokens["actual"] and memory["agree"] is True, memory
     assert "per worker" in rows["memory: predicted against logged"]["detail"]
+    # what ran, read inside the engine from both workers: TP ranks see every token, so they agree
+    assert doc["paths"] and all(p["status"] == "executed" for p in doc["paths"]), doc["paths"]
+    assert all(p["ranks"] == {"seen": ["TP0", "TP1"], "agree": True} for p in doc["paths"]), doc["paths"]
     # the record and the report say TP 2
     history = json.loads((out / "validation.json").read_text())
     assert history["runs"][-1]["settings"]["tp"] == 2

@@ -45,7 +45,18 @@ def validation_args(sp) -> None:
                     help="seconds the starting server may go without progress (no new log line) before it is given up; a start that keeps logging may take up to an hour")
     sp.add_argument("--equivalence", action="store_true", help="with --serve (implied): greedy tokens of the served real-weight trim against the original model run in transformers with only the kept layers")
     sp.add_argument("--speculative", action="store_true", help="serve with speculative decoding through the kept MTP layer (method mtp, 1 token)")
+    sp.add_argument("--graph", action=_ServeToo, nargs=0, default=False,
+                    help="with --serve (implied): graph mode, a run of its own: serve without --enforce-eager (vLLM's "
+                    "default compilation, CUDA graphs on a GPU) and record the compile / capture time it logs")
     sp.add_argument("--trust-remote-code", action="store_true", help="allow code from the output directory (auto_map) to run")
+
+
+class _ServeToo(argparse.Action):
+    """A flag that asks for a server: it sets itself and ``--serve``."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        setattr(namespace, self.dest, True)
+        namespace.serve = True
 
 
 def selection_args(sp) -> None:

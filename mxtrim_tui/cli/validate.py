@@ -103,4 +103,17 @@ def run(args) -> int:
         sys.stdout.write("\n")
     else:
         print_validation(v, runs)
+        print_paths(v.paths)
     return 0 if ok else 1
+
+
+def print_paths(paths: list[dict] | None) -> None:
+    """Per coverage row, what the engine executed (``paths``: core/validate/paths.py)."""
+    from ..core.write.report import executed_cell
+
+    if not paths:
+        return
+    marks = {"executed": "✓", "not executed": "○", "unverified": "·"}
+    print("coverage rows, as the engine built and executed them:")
+    for p in paths:
+        print(f"  {marks.get(p['status'], '?')} {p['row']} {p['kind']}: {executed_cell(p)}")

@@ -65,7 +65,8 @@ def validate_many(args) -> int:
     i = 0
 
     def publish(complete: bool) -> tuple[dict, tuple[Path, Path]]:
-        doc = batch.matrix_document(rows, vllm.python if vllm is not None else NODES_OWN, now, hand_made, complete)
+        doc = batch.matrix_document(rows, vllm.python if vllm is not None else NODES_OWN, now, hand_made, complete,
+                                    execution=_execution(args))
         return doc, batch.write_matrix(folder, doc)
 
     running: list[int] = []  # the rows being validated now
@@ -101,6 +102,15 @@ def validate_many(args) -> int:
     return 0 if all(r.ok for r in rows) else 1
 
 
+def _execution(args) -> str | None:
+    """How this batch's servers run: graph mode (--graph) or eager; None where none is asked."""
+    from ..core.validate.graph_mode import EAGER, GRAPH
+
+    if getattr(args, "graph", False):
+        return GRAPH
+    return EAGER if args.serve or args.equivalence else None
+
+
 def _settings_now(args, out: Path, vllm) -> dict | None:
     """The settings a server of ``out`` would run with now (run.serve_settings), None when the
     output or the flags are refused (its validation says why)."""
@@ -118,11 +128,13 @@ def _reused_row(args, out: Path, vllm, now: dict | None, counter: str, quiet: bo
     nothing said on stderr."""
     from ..core.validate import batch
     from ..core.validate.examples import last_run
+    from ..core.validate.graph_mode import earlier_run
 
     serve = args.serve or args.equivalence
     if vllm is None:
         return batch.MatrixRow(str(out), batch.NOT_RUN, note="validated anew: no vLLM here to compare its last run with")
-    earlier = None if args.again else last_run(out)
+    # a served request is measured against the latest run of its own mode (eager or graph)
+    earlier = None if args.again else (earlier_run(out, getattr(args, "graph", False)) if serve else last_run(out))
     elsewhere = batch.recorded_elsewhere(earlier, out)
     if elsewhere and not quiet:
         print(f"{counter} {out}: its last recorded run was made for {elsewhere} (copied or moved since): validated anew",
@@ -237,7 +249,8 @@ def _side_by_side_argv(args, python: str, job, vendor: str | None) -> list[str]:
 
 def _checks_and_server_flags(args) -> list[str]:
     """The flags every output's child validation of a batch gets as this batch got them."""
-    flags = (("--serve", args.serve), ("--speculative", args.speculative), ("--equivalence", args.equivalence),
+    flags = (("--serve", args.serve), ("--graph", getattr(args, "graph", False)), ("--speculative", args.speculative),
+             ("--equivalence", args.equivalence),
              ("--trust-remote-code", args.trust_remote_code), ("--ep", args.expert_parallel))
     argv = [flag for flag, on in flags if on]
     for flag, value in (("--launcher", args.launcher), ("--kv-cache-memory-bytes", args.kv_cache_memory_bytes),

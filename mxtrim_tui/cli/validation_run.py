@@ -66,6 +66,7 @@ def serve_options(args, out: Path, plan_doc: dict, vllm=None):
         attention_backend=cpu_attention_backend(out) if cpu else None,
         trust_remote_code=args.trust_remote_code,
         speculative_mtp=1 if args.speculative else 0,
+        enforce_eager=not getattr(args, "graph", False),  # --graph: a run of its own, compiled
         launcher=shlex.split(args.launcher) if args.launcher else None,
         startup_timeout=args.timeout,
         gpu_total_bytes=_chosen_gpu_memory(probe, choice.gpus) if not cpu else None,

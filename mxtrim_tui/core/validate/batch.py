@@ -17,12 +17,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .examples import DRIFT_KEYS, is_mxtrim_output, model_dirs, versions_of
+from .graph_mode import EAGER, GRAPH, mode_difference
 from .record import replace_text
 from .run import (DIFFERS, EQUIVALENCE, FAILED, GENERATION, LONG_INPUT, MEMORY, NOT_APPLICABLE, NOT_COMPARABLE, PASSED,
                   SPECULATIVE, START_UP, UNVERIFIED)
 
 SCHEMA = "mxtrim.validation-matrix/1"
 MATRIX_JSON, MATRIX_MD = "validation-matrix.json", "validation-matrix.md"
+# graph mode (validate --graph) is a matrix of its own: neither mode's rows replace the other's
+GRAPH_MATRIX_JSON, GRAPH_MATRIX_MD = "validation-matrix-graph.json", "validation-matrix-graph.md"
 # (column, the check of validation.json it shows)
 COLUMNS = (("start-up", START_UP), ("generation", GENERATION), ("long input", LONG_INPUT),
            ("speculative", SPECULATIVE), ("equivalence", EQUIVALENCE), ("memory", MEMORY))
@@ -116,7 +119,11 @@ def settings_differences(then: dict, now: dict) -> list[str]:
         if key not in then and key not in _DEFAULT_PARALLEL:
             continue  # not recorded then (a run made before it was kept): unknown is no difference
         before = then.get(key, _DEFAULT_PARALLEL.get(key))
-        if before != now.get(key):
+        if before == now.get(key):
+            continue
+        if key == "enforce_eager":  # eager or graph mode (graph_mode.py): said as the modes
+            found.append(mode_difference(before, now.get(key)))
+        else:
             found.append(f"served before with {flag} {_setting_text(key, before)}, now {_setting_text(key, now.get(key))}")
     if "env" in then:
         old, new = then.get("env") or {}, now.get("env") or {}
@@ -192,8 +199,10 @@ def row_for_run(out: Path, run: dict, state: str, note: str = "") -> MatrixRow:
     return MatrixRow(str(out), state, run.get("ok"), run.get("started"), cells_of(run), note)
 
 
-def matrix_document(rows: list[MatrixRow], python: str, now: dict | None, hand_made: list[Path], complete: bool) -> dict:
-    return {"schema": SCHEMA, "complete": complete, "python": python, "versions": now,
+def matrix_document(rows: list[MatrixRow], python: str, now: dict | None, hand_made: list[Path], complete: bool,
+                    execution: str | None = None) -> dict:
+    """``execution``: how the servers ran, "eager" or "graph" (graph_mode.py); None: no server asked."""
+    return {"schema": SCHEMA, "complete": complete, "python": python, "versions": now, "execution": execution,
             "columns": [OFFLINE, *(c for c, _ in COLUMNS)], "rows": [r.to_json() for r in rows],
             "hand_made": [{"path": str(p), "note": "not written by mxtrim: listed, its launch scripts not run"} for p in hand_made]}
 
@@ -213,8 +222,9 @@ def matrix_markdown(doc: dict) -> str:
     versions = doc.get("versions") or {}
     env = ", ".join(f"{k} {v}" for k, v in versions.items() if v) or "versions unknown"
     on_nodes = any(row.get("node") for row in doc["rows"])
-    lines = ["# Validation matrix", "", f"With `{doc['python']}` ({env})."
+    lines = ["# Validation matrix" + (": graph mode" if doc.get("execution") == GRAPH else ""), "", f"With `{doc['python']}` ({env})."
              + ("" if doc["complete"] else " **Interrupted**: the rows below \"interrupted\" were not run."), "",
+             *_execution_lines(doc.get("execution")),
              "| output | run | " + " | ".join(doc["columns"]) + " | ok |" + (" node |" if on_nodes else ""),
              "| --- | --- | " + " | ".join("---" for _ in doc["columns"]) + " | --- |" + (" --- |" if on_nodes else "")]
     for row in doc["rows"]:
@@ -227,9 +237,20 @@ def matrix_markdown(doc: dict) -> str:
     return "\n".join(lines + ([""] + notes if notes else [])) + "\n"
 
 
+def _execution_lines(execution: str | None) -> list[str]:
+    """What the markdown says of the mode its servers ran in, and where the other mode's are."""
+    if execution == GRAPH:
+        return [f"Served without `--enforce-eager` (vLLM's compilation; CUDA graphs on a GPU). Eager runs "
+                f"have their own matrix, `{MATRIX_MD}`.", ""]
+    if execution == EAGER:
+        return [f"Served eager (`--enforce-eager`). Graph-mode runs (`--graph`) have their own matrix, `{GRAPH_MATRIX_MD}`.", ""]
+    return []
+
+
 def write_matrix(folder: Path, doc: dict) -> tuple[Path, Path]:
-    """Both files, each replaced atomically."""
-    paths = folder / MATRIX_JSON, folder / MATRIX_MD
+    """Both files, each replaced atomically; graph mode's under names of their own."""
+    graph = doc.get("execution") == GRAPH
+    paths = folder / (GRAPH_MATRIX_JSON if graph else MATRIX_JSON), folder / (GRAPH_MATRIX_MD if graph else MATRIX_MD)
     replace_text(paths[0], json.dumps(doc, indent=2) + "\n")
     replace_text(paths[1], matrix_markdown(doc))
     return paths

@@ -27,6 +27,10 @@ UNKNOWN = "unclassified"
 HOST = "host or device limit"
 # the served model computed NaN or infinity (vLLM cannot put it in its JSON answer)
 NUMERICS = "numerics of the weights (NaN / Inf)"
+# the server started and answered, but on another path than the output plans (its quantization
+# dropped or changed by an override, another backend, a kept kind on a fallback): given by the
+# effective configuration row (effective.py), from the start-up log, never by an error line
+SERVED_PATH = "served path differs from the plan"
 
 # (class, pattern, advice) in order of precedence: the first class with evidence wins.
 RULES: list[tuple[str, re.Pattern, str]] = [
@@ -420,10 +424,11 @@ REASON_RULES: list[Rule] = [Rule(NUMERICS, NON_FINITE, _numerics_advice)]
 
 def classes() -> list[str]:
     """Every class a verdict can have: those of the tables (REASON_RULES, SPECIFIC_RULES,
-    RULES), then the two that no table names (an error not recognised, no error line)."""
+    RULES), then those that no table names (a served path that differs from the plan, an error
+    not recognised, no error line)."""
     found: list[str] = []
     named = [r.category for r in REASON_RULES + SPECIFIC_RULES] + [category for category, _, _ in RULES]
-    for category in named + [DEFECT, UNKNOWN]:
+    for category in named + [SERVED_PATH, DEFECT, UNKNOWN]:
         if category not in found:
             found.append(category)
     return found

@@ -273,10 +273,13 @@ def _shard_problems(path: Path, manifest: dict) -> list[str]:
     return found
 
 
-def last_run(out: Path) -> dict | None:
-    """The last run recorded in ``out``'s validation.json (None: none, or unreadable)."""
+def last_run(out: Path, keep=None) -> dict | None:
+    """The last run recorded in ``out``'s validation.json (None: none, or unreadable); with
+    ``keep``, the last run for which ``keep(run)`` is true (graph_mode.earlier_run)."""
     history = _json(out / "validation.json")
     runs = history.get("runs") if isinstance(history, dict) else None
+    if keep is not None and isinstance(runs, list):
+        return next((run for run in reversed(runs) if isinstance(run, dict) and keep(run)), None)
     return runs[-1] if isinstance(runs, list) and runs and isinstance(runs[-1], dict) else None
 
 

@@ -49,6 +49,7 @@ def served_against_planned(served: dict | None, planned: dict | None) -> str:
     if not served:
         return ""
     where = f"served on {served['device']}" if served.get("device") else "served"
+    where += " in graph mode" if served.get("enforce_eager") is False else ""  # validate --graph: a run of its own
     # TP, context and sequences always; PP, DP and expert parallel where either side has them
     keys = [k for k in _COMPARED if k in ("tp", "max_model_len", "max_num_seqs")
             or _value(served, k) not in (1, False) or (planned and _value(planned, k) not in (1, False))]

@@ -113,7 +113,40 @@ def render_section(v: Validation, runs: int, integrity_rows: list[str]) -> str:
         lines += ["", "Not executed, so **unverified**: " + ", ".join(unverified) + "."]
     if v.environment.get("warning"):
         lines += ["", f"⚠ {v.environment['warning']}"]
+    other = other_mode_section(v)  # the latest run of the other mode (eager / graph), kept apart
+    if other:
+        lines += [""] + other
     return "\n".join(lines) + "\n"
+
+
+def other_mode_section(v: Validation) -> list[str]:
+    """The lines of the latest run of the other execution mode than ``v``'s (eager or graph:
+    graph_mode.py), under a heading of their own: its date, settings, command and server
+    checks, so that the latest eager and the latest graph-mode results both stay in the README,
+    labelled; [] where ``v`` ran no server or no run of the other mode is recorded."""
+    import shlex
+
+    from .examples import last_run
+    from .graph_mode import served_in_graph_mode
+    from .run import SERVER_CHECKS, Row
+
+    graph = served_in_graph_mode({"settings": v.settings})
+    other = None if graph is None else last_run(v.output, keep=lambda run: served_in_graph_mode(run) is (not graph))
+    if other is None:
+        return []
+    then = Validation(v.output, other.get("mode") or "", other.get("started") or "?", other.get("python") or "?",
+                      settings=other.get("settings") or {})
+    title = "Eager mode (`--enforce-eager`)" if graph else "Graph mode (without `--enforce-eager`)"
+    lines = [f"### {title}: last run {then.started}", "",
+             f"Kept apart from the run above (`{HISTORY}` holds both): served with {then.settings_line()}.", ""]
+    if other.get("serve_command"):
+        lines += ["```", shlex.join(str(a) for a in other["serve_command"]), "```", ""]
+    lines += ["| check | status | detail |", "| --- | --- | --- |"]
+    for r in other.get("rows") or []:
+        if isinstance(r, dict) and r.get("check") in SERVER_CHECKS:
+            row = Row(r["check"], r.get("status") or "", r.get("detail") or "", r.get("verdict"))
+            lines.append(f"| {_cell(row.check)} | {_status_cell(row)} | {_cell(row.detail)} |")
+    return lines
 
 
 def integrity_rows(readme: str) -> list[str]:
@@ -135,6 +168,9 @@ def update_readme(v: Validation, runs: int) -> None:
         readme = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         readme = f"# {v.output.name}\n\n"
+    from ..write.report import coverage_with_executed
+
+    readme = coverage_with_executed(readme, v.paths)  # the coverage table's "executed" column, from this run
     section = render_section(v, runs, integrity_rows(readme))
     start = readme.find("\n" + SECTION + "\n")
     if start < 0:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from .http import get, post_json
 
@@ -106,30 +107,101 @@ LONG_WORD = "fox"
 LONG_MARGIN = 16  # tokens past the threshold the long prompt aims for
 
 
-def long_input_need(cfg: dict, kinds) -> tuple[int | None, str]:
-    """How long a prompt must be to take the kept paths only long inputs take, and which:
-    past the sliding window, past the sparse indexer's top-k, and for DeepSeek-V4's
-    compressed attention past the largest kept ``compress_ratios`` block (and the indexer's
-    top-k of compressed entries). ``kinds``: the coverage rows' kind labels of the kept
-    layers. (None, "") when no kept path needs one."""
-    from ..model.families.base import compression_ratio
-    from ..plan.build import long_input_tokens
+def kept_boundaries(cfg: dict, coverage, family_key: str | None = None) -> list[dict]:
+    """Every boundary the long input must cross: those of the kept text layers' attention kinds
+    (the plan's ``coverage`` rows), from the output's text config ``cfg`` and its family's facts
+    (``Family.long_input``: sliding windows, attention chunks, the sparse indexer's top-k,
+    DeepSeek-V4's compression blocks and indexer). [{"what", "tokens" (a prompt of more tokens
+    crosses it), "source", "layers" (the output's layers that have it)}], shortest first."""
+    from ..model.families import ALL_FAMILIES, family_for
 
-    found: list[tuple[int, str]] = []
-    attentions = {str(k).split(" · ", 1)[0] for k in kinds}
-    ratios = [r for r in map(compression_ratio, attentions) if r is not None]
-    for ratio in ratios:
-        need, why = long_input_tokens(cfg, ratio)
-        if need:
-            found.append((need, f"{why} (compress_ratios {ratio})" if ratio > 1 else why))
-    words = " ".join(attentions).lower()
-    for key, word, label in (("sliding_window", "sliding", "the sliding window"), ("index_topk", "dsa", "the indexer's top-k")):
-        value = cfg.get(key)
-        if type(value) is int and value > 0 and word in words and not ratios:
-            found.append((value, f"{label} ({key}={value})"))
-    if not found:
-        return None, ""
-    return max(found, key=lambda f: f[0])
+    family = next((f for f in ALL_FAMILIES if f.key == family_key), None) or family_for(cfg)
+    found: dict[tuple[str, int], dict] = {}
+    for row in coverage if isinstance(coverage, list) else []:
+        if not isinstance(row, dict) or row.get("submodel", "text") != "text":
+            continue
+        layers = [k["new"] for k in row.get("kept") or [] if isinstance(k, dict) and type(k.get("new")) is int]
+        attention = str(row.get("kind", "")).split(" · ", 1)[0]
+        for b in family.long_input(cfg, attention) if layers else []:
+            entry = found.setdefault((b.what, b.tokens), {"what": b.what, "tokens": b.tokens, "source": b.source, "layers": []})
+            entry["layers"] = sorted(set(entry["layers"]) | set(layers))
+    return sorted(found.values(), key=lambda b: (b["tokens"], b["what"]))
+
+
+def long_input_need(cfg: dict, kinds) -> tuple[int | None, str]:
+    """How long a prompt must be to take every kept path only long inputs take (the longest
+    of ``kept_boundaries``), and which; ``kinds``: the coverage rows' kind labels of the kept
+    layers. (None, "") when no kept path needs one."""
+    bounds = kept_boundaries(cfg, [{"kind": k, "kept": [{"new": 0}]} for k in kinds])
+    return (bounds[-1]["tokens"], f"{bounds[-1]['what']} ({bounds[-1]['source']})") if bounds else (None, "")
+
+
+def own_token_counter(out: Path):
+    """(count, how): a counter for ``long_prompt`` with the output's own tokenizer files, loaded
+    offline in this process (transformers' AutoTokenizer, local files only, never the folder's
+    code), counting as vLLM's completions do (special tokens added), and the words the row
+    says it with; (None, why not) where it cannot be: the server's /tokenize counts then."""
+    from ..write.launch_text import read_tokenizer_config
+
+    settings = read_tokenizer_config(Path(out) / "tokenizer_config.json") or {}
+    if "AutoTokenizer" in json.dumps(settings.get("auto_map") or {}):
+        return None, "the output's tokenizer needs its own code (auto_map), which is not run here"
+    try:
+        from transformers import AutoTokenizer
+
+        from .equivalence import quiet_transformers
+
+        with quiet_transformers():
+            tok = AutoTokenizer.from_pretrained(str(out), local_files_only=True, trust_remote_code=False)
+    except ImportError:
+        return None, "transformers is not installed beside mxtrim"
+    except Exception as exc:  # files transformers cannot make a tokenizer of
+        return None, f"the output's tokenizer does not load here ({type(exc).__name__}: {str(exc)[:120]})"
+    return (lambda base, model, prompt: len(tok.encode(prompt, add_special_tokens=True))), "counted with the output's tokenizer"
+
+
+def _named(bounds: list[dict]) -> str:
+    return ", ".join(f"{b['what']} (layer{'s' if len(b['layers']) > 1 else ''} {', '.join(map(str, b['layers']))})" for b in bounds)
+
+
+def long_input(base: str, out: Path, bounds: list[dict], context: int, decode: int) -> tuple[str, str, dict, RequestResult | None]:
+    """The long-input request: a prompt past every boundary of ``bounds`` (kept_boundaries) that
+    the served ``context`` holds with ``decode`` tokens to generate, counted with the output's
+    own tokenizer. (outcome, detail, data, the request or None): outcome "crossed" (every
+    boundary), "uncrossed" (one or more stayed uncrossed: past the context, or the prompt fell
+    short of it), "failed" (the request failed) or "not run" (the context holds none)."""
+    room = context - decode
+    beyond = [b for b in bounds if b["tokens"] >= room]
+    within = [b for b in bounds if b["tokens"] < room]
+    advice = f"serve with --max-model-len ≥ {beyond[-1]['tokens'] + LONG_MARGIN + decode}" if beyond else ""
+    data: dict = {"context": context, "boundaries": [{**b, "crossed": False} for b in bounds]}
+    if not within:
+        return "not run", (f"not run: the served context {context} holds no prompt past {_named(beyond)} with {decode} tokens "
+                           f"to generate: {advice}"), data, None
+    count, how = own_token_counter(out)
+    if count is None:
+        count, how = count_tokens, f"counted by the server's /tokenize: {how}"
+    prompt, n = long_prompt(base, str(out), within[-1]["tokens"], count=count, limit=room)
+    r = completion(base, str(out), prompt=prompt, max_tokens=decode, name="long input")
+    served = r.prompt_tokens
+    if n is None:
+        n, how = served, "counted by the server"
+    elif served is not None and served != n:
+        how += f"; the server counted {served}"
+    data |= {"request": r.to_json(), "prompt_tokens": n, "counted_by": how}
+    if not r.passed:
+        return "failed", f"long input {n} tokens ({how}): {r.detail} in {r.seconds:.2f} s", data, r
+    judged = min((x for x in (n, served) if x is not None), default=0)  # what both counted
+    data["boundaries"] = [{**b, "crossed": judged > b["tokens"]} for b in bounds]
+    crossed = [b for b in data["boundaries"] if b["crossed"]]
+    short = [b for b in data["boundaries"] if not b["crossed"] and b["tokens"] < room]
+    words = ["crosses " + _named(crossed)] if crossed else []
+    if short:
+        words.append(f"not {_named(short)} (the prompt fell short of {'it' if len(short) == 1 else 'them'})")
+    if beyond:
+        words.append(f"not {_named(beyond)} (served context {context}): {advice}")
+    detail = f"long input {n} tokens ({how}): " + ", ".join(words) + f"; {r.completion_tokens} generated in {r.seconds:.2f} s"
+    return ("crossed" if len(crossed) == len(bounds) else "uncrossed"), detail, data, r
 
 
 def count_tokens(base: str, model: str, prompt: str) -> int | None:

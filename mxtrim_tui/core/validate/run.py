@@ -5,6 +5,7 @@ subscribes to ``on_event``."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -19,7 +20,10 @@ from ..child_process import NotStarted, run as run_child
 from ..errors import InputError, require_directory
 from . import requests as rq
 from .classify import PORT_TAKEN, classify
+from .effective import EFFECTIVE
+from .graph_mode import note_startup
 from .parallel import wait_for_neighbours_profiling
+from .paths import EngineProbe, unserved_paths
 from .serve import (ServeOptions, Server, free_port, interrupting_signals, outcome_env, output_quantization, output_text_config,
                     serve_argv, serve_env)
 from .vllm_log import spec_counts_from_log
@@ -31,7 +35,7 @@ NOT_COMPARABLE, DIFFERS = "not comparable", "differs"  # neither passed nor fail
 START_UP, GENERATION, LONG_INPUT, SPECULATIVE, IMAGE, EQUIVALENCE, MEMORY = (
     "start-up", "generation", "long input", "speculative decoding (MTP)", "image request",
     "equivalence with the original (greedy tokens)", "memory: predicted against logged")
-SERVER_CHECKS = (START_UP, GENERATION, LONG_INPUT, SPECULATIVE, IMAGE, EQUIVALENCE, MEMORY)
+SERVER_CHECKS = (START_UP, EFFECTIVE, GENERATION, LONG_INPUT, SPECULATIVE, IMAGE, EQUIVALENCE, MEMORY)
 
 
 @dataclass
@@ -64,6 +68,9 @@ class Validation:
     serve_command: list[str] | None = None
     server_exit: dict | None = None
     memory: dict | None = None  # predicted vs logged start-up figures (memory_check.compare)
+    effective: dict | None = None  # what vLLM built, per kept kind, against the plan (effective.py)
+    paths: list[dict] | None = None  # per coverage row: built, executed, status (paths.py)
+    effective_probe: dict | None = None  # the configuration the engine built, as its probe read it (paths.py)
 
     def row(self, check: str) -> Row | None:
         return next((r for r in self.rows if r.check == check), None)
@@ -91,7 +98,9 @@ class Validation:
             parts.append(f"speculative MTP ({s['speculative']} token)")
         if s.get("attention_backend"):
             parts.append(f"attention {s['attention_backend']}")
-        parts.append("eager" if s.get("enforce_eager") else "compiled")
+        from .graph_mode import settings_words
+
+        parts.append(settings_words(s))
         return ", ".join(parts)
 
     @property
@@ -110,7 +119,8 @@ class Validation:
             "schema": "mxtrim.validation/1", "output": str(self.output), "mode": self.mode, "started": self.started,
             "python": self.python, "python_origin": self.python_origin, "settings": self.settings, "ok": self.ok, "loadable": self.loadable if self.mode == "weights" else None,
             "environment": self.environment, "serve_command": self.serve_command, "server_exit": self.server_exit,
-            "memory": self.memory, "rows": [r.to_json() for r in self.rows],
+            "memory": self.memory, "effective": self.effective, "paths": self.paths, "effective_probe": self.effective_probe,
+            "rows": [r.to_json() for r in self.rows],
         }
 
 
@@ -217,6 +227,8 @@ def validate(out: Path, opts: ServeOptions, *, serve: bool, equivalence: bool = 
         serve_rows(v, out, plan, opts, emit, equivalence)
     why = f"not run: {opts.refused}" if serve else "not run (validate --serve starts vllm serve)"
     fill_not_run(v, out, plan, opts, why, equivalence, emit)
+    if v.paths is None:  # nothing served: no row observed
+        v.paths = unserved_paths(plan, why)
     return v
 
 
@@ -230,15 +242,15 @@ def serve_settings(opts: ServeOptions) -> dict:
             "gpu_memory_utilization": opts.gpu_memory_utilization, "tp": opts.tp, "pp": opts.pp,
             "expert_parallel": opts.expert_parallel, "distributed_executor_backend": opts.executor_backend,
             "speculative": opts.speculative_mtp, "attention_backend": opts.attention_backend,
-            "enforce_eager": opts.enforce_eager, "entry": opts.entry, "trust_remote_code": opts.trust_remote_code,
+            "enforce_eager": opts.enforce_eager, "graph": opts.graph, "entry": opts.entry, "trust_remote_code": opts.trust_remote_code,
             "launcher": list(opts.launcher) if opts.launcher else None, "extra_args": list(opts.extra_args),
             "env": outcome_env(serve_env(opts))}
 
 
 def applicability(out: Path, plan: dict, check: str, equivalence: bool) -> str | None:
     """Why ``check`` does not apply to this output (None: it applies)."""
-    if check == LONG_INPUT and long_input_length(out, plan)[0] is None:
-        return "no kept path is taken only by long inputs (no sliding window or sparse top-k kept)"
+    if check == LONG_INPUT and not long_input_boundaries(out, plan):
+        return "no kept path is taken only by long inputs (no sliding window, compression block or sparse top-k kept)"
     if check == SPECULATIVE and not plan.get("mtp_kept"):
         return "no MTP layer kept"
     if check == IMAGE and not any((out / n).exists() for n in ("preprocessor_config.json", "processor_config.json")):
@@ -286,19 +298,28 @@ PORT_ATTEMPTS = 3
 def serve_rows(v: Validation, out: Path, plan: dict, opts: ServeOptions, emit, equivalence: bool = False) -> None:
     v.settings = serve_settings(opts)
     taken: list[int] = []
-    while True:
-        port = free_port()
-        argv = serve_argv(out, v.mode, opts, port)
-        v.serve_command = argv
-        emit({"event": "serve", "status": "starting", "command": argv, "log": str(out / "logs" / "serve.log")})
-        server = Server(argv, serve_env(opts), out / "logs" / "serve.log",
-                        on_line=lambda s, l: emit({"event": "log", "stream": s, "line": l}), output=out)
-        with interrupting_signals():  # SIGTERM / SIGHUP unwind through the finally below, like Ctrl-C
-            done = _serve_and_stop(v, out, plan, opts, emit, equivalence, server, port, taken)
-        if done:
-            return
-        taken.append(port)
-        emit({"event": "serve", "status": "retrying", "reason": f"port {port} was taken before the server bound it"})
+    probe = EngineProbe(opts)  # what the engine built and executed, per coverage row (not part of serve_command)
+    try:
+        while True:
+            port = free_port()
+            argv = serve_argv(out, v.mode, opts, port)
+            v.serve_command = argv
+            emit({"event": "serve", "status": "starting", "command": argv, "log": str(out / "logs" / "serve.log")})
+            server = Server(probe.server_argv(argv), probe.server_env(serve_env(opts)), out / "logs" / "serve.log",
+                            on_line=lambda s, l: emit({"event": "log", "stream": s, "line": l}), output=out)
+            with interrupting_signals():  # SIGTERM / SIGHUP unwind through the finally below, like Ctrl-C
+                done = _serve_and_stop(v, out, plan, opts, emit, equivalence, server, port, taken, probe)
+            if done:
+                return
+            if probe.restart:  # the start failed on mxtrim's probe, not on the output: again without it
+                probe.restart = False
+                emit({"event": "serve", "status": "retrying", "reason": probe.unusable})
+                continue
+            taken.append(port)
+            emit({"event": "serve", "status": "retrying", "reason": f"port {port} was taken before the server bound it"})
+    finally:
+        probe.close()
+        v.paths = probe.paths(plan, out)
 
 
 def _ports_note(taken: list[int]) -> str:
@@ -320,9 +341,10 @@ def _blocker(v: Validation, server: Server) -> str | None:
 
 
 def _serve_and_stop(v: Validation, out: Path, plan: dict, opts: ServeOptions, emit, equivalence: bool, server: Server, port: int,
-                    taken: list[int]) -> bool:
+                    taken: list[int], probe: EngineProbe) -> bool:
     """Serve and run the checks: False when the server lost its port to another process before
-    it bound it and another attempt is left (``taken``: the ports lost so far), nothing recorded."""
+    it bound it and another attempt is left (``taken``: the ports lost so far), or failed to
+    load mxtrim's probe (``probe.restart``), nothing recorded."""
     started = time.monotonic()
     base = f"http://127.0.0.1:{port}"
     try:
@@ -331,6 +353,8 @@ def _serve_and_stop(v: Validation, out: Path, plan: dict, opts: ServeOptions, em
         healthy, why = server.wait_healthy(base, opts.startup_timeout, limit=opts.startup_limit)
         if not healthy:
             exit_info = server.stop()
+            if exit_info.returncode not in (None, 0) and probe.failed_start(server.tail):
+                return False
             if (len(taken) + 1 < PORT_ATTEMPTS and exit_info.returncode not in (None, 0)
                     and any(PORT_TAKEN.search(line) for line in server.tail)):
                 return False
@@ -338,17 +362,22 @@ def _serve_and_stop(v: Validation, out: Path, plan: dict, opts: ServeOptions, em
             verdict = classify(list(server.tail), exit_info.returncode, stopped_by_us=False, reason=why, dummy=v.mode == "dummy",
                                environment=v.environment, source_state=source_state(plan))
             v.rows.append(Row(START_UP, FAILED, why, verdict.to_json() if verdict else None))
+            note_startup(v.rows[-1], out, opts)  # graph mode: what it compiled before it stopped
             emit({"event": "check", **v.rows[-1].to_json()})
             v.server_exit = _exit_json(exit_info)
-            for check in checks_to_run(out, plan, opts, equivalence):
+            for check in [EFFECTIVE] + checks_to_run(out, plan, opts, equivalence):
                 v.rows.append(Row(check, UNVERIFIED, "skipped: the server did not start"))
             # what vLLM logged before it stopped (the weights, perhaps the KV budget) is compared
             memory_row(v, out, opts, emit, started=False)
             return True
         v.rows.append(Row(START_UP, PASSED, f"healthy after {time.monotonic() - started:.1f} s"
                           + (" (dummy weights)" if v.mode == "dummy" else " (real weights)") + _ports_note(taken)))
+        note_startup(v.rows[-1], out, opts)  # graph mode: the compile / capture time vLLM logged
         emit({"event": "check", **v.rows[-1].to_json()})
+        probe.install(base)  # what each rank built; its counters on
+        v.effective_probe = probe.effective()
         memory_row(v, out, opts, emit)
+        effective_check(v, out, plan, emit)
         steps = {GENERATION: lambda: generation_rows(v, out, base, server, emit),
                  LONG_INPUT: lambda: long_input_row(v, out, plan, opts, base, emit),
                  SPECULATIVE: lambda: speculative_row(v, out, base, server, emit),
@@ -362,7 +391,9 @@ def _serve_and_stop(v: Validation, out: Path, plan: dict, opts: ServeOptions, em
                 continue
             emit({"event": "stage", "name": check, "status": "running"})
             try:
-                run_check()
+                # each request check counted alone (the equivalence check stops this server)
+                with probe.measure(base, check) if check != EQUIVALENCE else contextlib.nullcontext():
+                    run_check()
             except Exception as exc:  # a request that could not be made: the check failed, the run goes on
                 reason = f"{type(exc).__name__}: {str(exc)[:300]}"
                 verdict = classify(list(server.tail), server.exited(), stopped_by_us=False, reason=reason, dummy=v.mode == "dummy",
@@ -409,6 +440,16 @@ def memory_row(v: Validation, out: Path, opts: ServeOptions, emit, started: bool
     emit({"event": "check", **row.to_json()})
 
 
+def effective_check(v: Validation, out: Path, plan: dict, emit) -> None:
+    """What vLLM built (its start-up log, and the engine's own record where the probe ran)
+    against what the output's config and the serve settings plan: a row of its own."""
+    from .effective import output_row
+
+    row, v.effective = output_row(out, plan, v.settings, getattr(v, "effective_probe", None))
+    v.rows.append(Row(**row))
+    emit({"event": "check", **v.rows[-1].to_json()})
+
+
 def memory_comparison(out: Path, opts: ServeOptions, started: bool = True) -> dict | None:
     """The budget's prediction beside the figures this server logged while starting (its log's
     last run), or None when the log holds none of them. ``started`` False: the server stopped
@@ -446,30 +487,23 @@ def generation_rows(v: Validation, out: Path, base: str, server: Server, emit) -
     emit({"event": "check", **v.rows[-1].to_json()})
 
 
-def long_input_length(out: Path, plan: dict) -> tuple[int | None, str]:
-    """How long a prompt must be to reach a kept path that only long inputs take (past the
-    sliding window, past the sparse indexer's top-k, past the largest kept compression
-    block), and which one; (None, "") when no kept path needs one."""
-    kinds = [c.get("kind", "") for c in plan.get("coverage", []) if c.get("kept")]
-    return rq.long_input_need(output_text_config(out), kinds)
+def long_input_boundaries(out: Path, plan: dict) -> list[dict]:
+    """The lengths from which kept paths run that only long inputs take (sliding windows,
+    compression blocks, sparse top-k), each with the layers that have it; [] when none."""
+    family = plan.get("model", {}).get("family") if isinstance(plan.get("model"), dict) else None
+    return rq.kept_boundaries(output_text_config(out), plan.get("coverage", []), family)
 
 
 LONG_DECODE_TOKENS = 4  # tokens the long-input request asks for
 
 
 def long_input_row(v: Validation, out: Path, plan: dict, opts: ServeOptions, base: str, emit) -> None:
-    """A prompt past the window / top-k: the branch a plain request does not take."""
-    threshold, label = long_input_length(out, plan)
-    if threshold + 24 > opts.max_model_len:
-        v.rows.append(Row(LONG_INPUT, UNVERIFIED, f"not run: a prompt past {label} needs --max-model-len > {threshold + 24} (now {opts.max_model_len})"))
-    else:
-        # counted with the served tokenizer, within the context less the tokens asked for
-        prompt, _counted = rq.long_prompt(base, str(out), threshold, limit=opts.max_model_len - LONG_DECODE_TOKENS)
-        r = rq.completion(base, str(out), prompt=prompt, max_tokens=LONG_DECODE_TOKENS, name="long input")
+    """A prompt past every kept boundary the served context holds (the branches a plain request
+    does not take): passed when it crossed them all, unverified naming those it could not."""
+    outcome, detail, data, r = rq.long_input(base, out, long_input_boundaries(out, plan), opts.max_model_len, LONG_DECODE_TOKENS)
+    if r is not None:
         emit({"event": "request", **r.to_json()})
-        past = (r.prompt_tokens or 0) > threshold
-        status = PASSED if r.passed and past else FAILED
-        v.rows.append(Row(LONG_INPUT, status, f"past {label}: {r.detail} in {r.seconds:.2f} s", data={"request": r.to_json()}))
+    v.rows.append(Row(LONG_INPUT, {"crossed": PASSED, "failed": FAILED}.get(outcome, UNVERIFIED), detail, data=data))
     emit({"event": "check", **v.rows[-1].to_json()})
 
 

@@ -62,7 +62,7 @@ class ServeOptions:
     dtype: str | None = None  # CPU: float32 is what the kernels of the CPU build run everywhere
     kv_cache_dtype: str | None = None  # --kv-cache-dtype (None: vLLM's auto); see required_kv_cache_dtype
     attention_backend: str | None = None  # e.g. CPU_MLA (see cpu_attention_backend)
-    enforce_eager: bool = True
+    enforce_eager: bool = True  # False: graph mode (validate --graph), vLLM's compilation and CUDA graphs
     speculative_mtp: int = 0  # number of speculative tokens through the kept MTP layers
     trust_remote_code: bool = False
     launcher: list[str] | None = None  # replaces `PYTHON -m vllm.entrypoints.cli.main serve` (gets --model)
@@ -70,6 +70,11 @@ class ServeOptions:
     startup_timeout: float = 600.0  # seconds without progress (no new log line) before giving up
     startup_limit: float = 3600.0  # seconds in all, progress or not
     gpu_total_bytes: int | None = None  # memory of the first GPU used (the budget's prediction)
+
+    @property
+    def graph(self) -> bool:
+        """Graph mode: served without ``--enforce-eager`` (a run of its own: graph_mode.py)."""
+        return not self.enforce_eager
 
 
 # A server's port is drawn below the kernel's ephemeral range: the ports vLLM takes for its own

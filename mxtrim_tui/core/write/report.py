@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ..plan.config_edit import MISSING, short_value
 from ..probe.environment import environment
-from ..plan.budget import DEFAULT_GPU_MEMORY_UTILIZATION, BudgetInputs, default_serve
+from ..plan.budget import DEFAULT_GPU_MEMORY_UTILIZATION, BudgetInputs, default_serve, served_kv_cache_dtype
 from ..plan.build import TrimPlan
 from ..plan.check_result import judge_line
 from ..read.source import FileKind
@@ -59,8 +59,8 @@ def _serve_args(plan: TrimPlan, serve: BudgetInputs | None) -> list[str]:
         "--max-num-batched-tokens", str(s.max_num_batched_tokens or s.max_model_len),
         "--gpu-memory-utilization", utilization,
     ]
-    kv_cache_dtype = s.kv_cache_dtype if s.kv_cache_dtype != "auto" else plan.inventory.family.kv_cache_dtype
-    if kv_cache_dtype:
+    kv_cache_dtype = served_kv_cache_dtype(plan, s.kv_cache_dtype)
+    if kv_cache_dtype != "auto":
         args += ["--kv-cache-dtype", kv_cache_dtype]
     return args
 
@@ -171,7 +171,7 @@ def serve_settings(plan: TrimPlan, out_dir: Path, mode: str, serve: BudgetInputs
         "max_num_batched_tokens": s.max_num_batched_tokens or s.max_model_len,
         "dp": s.dp,
         "expert_parallel": s.expert_parallel,
-        "kv_cache_dtype": s.kv_cache_dtype,
+        "kv_cache_dtype": served_kv_cache_dtype(plan, s.kv_cache_dtype),  # what the command passes
         "gpu_memory_utilization": s.gpu_memory_utilization,
         "command": serve_command(plan, out_dir, mode, serve),
     }
@@ -310,6 +310,50 @@ def _mapping_and_coverage_sections(add, plan: TrimPlan) -> None:
         for c in plan.omitted:
             add(f"- {c.submodel}: {c.kind} — {c.available} layer(s), {shown_bytes(c.bytes_dropped)} of stored tensors")
         add("")
+
+
+COVERAGE_SECTION = "## Coverage"
+_CELL_SPLIT = re.compile(r"(?<!\\)\|")  # a Markdown table's cell borders (an escaped \| is text)
+
+
+def executed_cell(path: dict) -> str:
+    """A coverage row's "executed" cell from its ``paths`` entry (``mxtrim validate``'s):
+    the status, the experts that received tokens, or why it is not executed / unverified."""
+    status = str(path.get("status") or "unverified")
+    if status == "executed":
+        hit, experts = path.get("experts_hit"), path.get("experts")
+        text = status + (f" ({hit} of {experts} experts received tokens)" if hit is not None and experts else "")
+    else:
+        reason = str(path.get("reason") or "")
+        text = reason if reason.startswith(status) else f"{status}: {reason}" if reason else status
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def coverage_with_executed(readme: str, paths: list[dict] | None) -> str:
+    """``readme`` with its coverage table's "executed" column from a validation's ``paths``
+    (added, or the latest run's in place of the one before); unchanged without either."""
+    start = readme.find("\n" + COVERAGE_SECTION + "\n")
+    if not paths or start < 0:
+        return readme
+    end = readme.find("\n## ", start + 1)
+    end = len(readme) if end < 0 else end
+    cells = {str(p.get("row")): executed_cell(p) for p in paths if isinstance(p, dict)}
+    lines, has_column = readme[start:end].split("\n"), False
+    for i, line in enumerate(lines):
+        if not line.startswith("|"):
+            continue
+        parts = _CELL_SPLIT.split(line)[1:-1]
+        first = parts[0].strip() if parts else ""
+        if first == "group":
+            has_column = parts[-1].strip() == "executed"
+            value = "executed"
+        elif set(first) <= set(":-") and first:
+            value = "---"
+        else:
+            value = cells.get(first, "—")
+        parts = (parts[:-1] if has_column else parts) + [f" {value} "]
+        lines[i] = "|" + "|".join(parts) + "|"
+    return readme[:start] + "\n".join(lines) + readme[end:]
 
 
 def _config_section(add, plan: TrimPlan) -> None:

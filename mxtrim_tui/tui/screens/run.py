@@ -251,6 +251,7 @@ class RunScreen(WizardScreen):
         argv += ["--serve"] if request.serve else []
         argv += ["--speculative"] if request.speculative else []
         argv += ["--equivalence"] if request.equivalence else []
+        argv += ["--graph"] if request.graph else []  # graph mode: served without --enforce-eager
         self.validation = ValidationView()
         self.query_one("#run-validation", Static).update(Text(f"validating {request.output} with {request.python} …", style="bold"))
         self.start(argv, kind="validate")

@@ -32,6 +32,7 @@ class ValidateRequest:
     serve: bool
     speculative: bool
     equivalence: bool
+    graph: bool = False  # graph mode: served without --enforce-eager, a run of its own
 
 
 def output_problem(text: str) -> tuple[dict | None, str]:
@@ -79,6 +80,8 @@ class ValidateDialog(ModalScreen["ValidateRequest | None"]):
             yield MarkedCheckbox("start vllm serve (health, completion, chat, long input)", True, id="validate-serve", compact=True)
             yield MarkedCheckbox("speculative decoding through the kept MTP layer", False, id="validate-speculative", compact=True)
             yield MarkedCheckbox("equivalence with the original model (real weights)", False, id="validate-equivalence", compact=True)
+            yield MarkedCheckbox("graph mode: serve without --enforce-eager (a run of its own)", False, id="validate-graph",
+                                 compact=True)
             with Horizontal(id="validate-buttons"):
                 yield Button("Start (Enter / Ctrl+S)", id="validate-start", variant="primary")
                 yield Button("Cancel (Esc)", id="validate-cancel")
@@ -113,6 +116,13 @@ class ValidateDialog(ModalScreen["ValidateRequest | None"]):
             spec.value = True  # an MTP layer is kept: what it is kept for is checked too, unless cleared
         if equiv.disabled:
             equiv.value = False
+
+    @on(Checkbox.Changed, "#validate-serve")
+    def _serve_changed(self, event: Checkbox.Changed) -> None:
+        graph = self.query_one("#validate-graph", Checkbox)
+        graph.disabled = not event.value  # graph mode is a way of serving
+        if graph.disabled:
+            graph.value = False
 
     @on(Checkbox.Changed, "#validate-speculative")
     def _speculative_changed(self, event: Checkbox.Changed) -> None:
@@ -176,6 +186,7 @@ class ValidateDialog(ModalScreen["ValidateRequest | None"]):
             serve=self.query_one("#validate-serve", Checkbox).value,
             speculative=self.query_one("#validate-speculative", Checkbox).value,
             equivalence=self.query_one("#validate-equivalence", Checkbox).value,
+            graph=self.query_one("#validate-graph", Checkbox).value,
         ))
 
     def action_cancel(self) -> None:
