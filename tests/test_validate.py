@@ -352,6 +352,12 @@ def test_family_dummy_trim_is_served(family_outputs, family):
         assert long["status"] == "passed" and n > 16, long
         assert long["detail"].startswith(f"long input {n} tokens (counted with the output's tokenizer): "
                                          "crosses the sliding window 16 (layer 0);"), long
+        # the engine built the sliding layer with its window and the long input ran through it
+        sliding = next(p for p in doc["paths"] if "sliding" in p["kind"])
+        assert sliding["status"] == "executed" and sliding["layers"] == ["model.layers.0"], sliding
+        assert [b["attention"]["sliding_window"] for b in sliding["built"]] == [16], sliding["built"]
+        ran = sliding["executed"]["long input"]["model.layers.0"]
+        assert ran["calls"] > 0 and ran["prefill_tokens"] >= n, sliding["executed"]
     _memory_agrees(doc)
     # a dummy output holds no weights: they are predicted from the kept tensors of its source
     assert doc["memory"]["figures"]["weights_bytes"]["predicted"] > 0
