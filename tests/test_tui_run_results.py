@@ -2,12 +2,14 @@
 the verdict says which planned serve settings a validation did not test (and `mxtrim
 validate` says the same); Escape leaves a text box; `c` copies the output's own serve
 command after a validation; the validate dialog's check boxes read without colour; where the
-vLLM interpreter came from is said one way; the results and the serve command are reachable
-at 80×24 and 100×30; a cancelled trim offers no validation of an output that is not there.
+vLLM interpreter came from is said one way; the results, the executed paths of the coverage
+rows and the serve command are reachable at 80×24, 100×30 and 160×48; a cancelled trim offers
+no validation of an output that is not there.
 
 The validations here run the real `mxtrim validate` child: offline checks in the vLLM of
 `.venv-vllm` (imported, never served) and a stand-in server started through `--launcher`
-(real HTTP on loopback, tests/test_validate_flow.py's)."""
+(real HTTP on loopback, tests/test_validate_flow.py's); the one whose paths are read serves the
+demo's trim with the real vLLM of `.venv-vllm` and mxtrim's engine probe."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import json
 import os
 import subprocess
 import sys
+import re
 from pathlib import Path
 
 import pytest
@@ -54,6 +57,17 @@ def planned(tmp_path_factory):
     return {"out": out, "script": script, "command": json.loads((out / "mxtrim-plan.json").read_text())["serve"]["command"]}
 
 
+@pytest.fixture(scope="module")
+def planned_demo(demo, tmp_path_factory):
+    """The demo (A MLA dense, B MLA MoE, C the MTP layer) trimmed dummy for TP 2, context 32,768
+    and 16 sequences, to be served by the real vLLM."""
+    out = tmp_path_factory.mktemp("planned-demo") / "demo-tp2"
+    r = run_cli("trim", str(demo), "--mode", "dummy", "--out", str(out),
+                "--tp", "2", "--max-model-len", "32768", "--max-num-seqs", "16")
+    assert r.returncode == 0, r.stderr
+    return {"out": out}
+
+
 def validate_args(planned) -> list[str]:
     """`mxtrim validate OUT` on CPU (TP 1, context 256, one sequence) with the stand-in server."""
     return ["validate", str(planned["out"]), "--python", VLLM_PYTHON, "--serve", "--device", "cpu", "--timeout", "60",
@@ -67,11 +81,16 @@ async def at_run_step(app, pilot):
     return app.get_screen("run")
 
 
-async def validated_in_the_wizard(app, pilot, planned):
+def served_args(planned) -> list[str]:
+    """`mxtrim validate OUT --serve` on CPU with the real vLLM (the engine probe in it)."""
+    return ["validate", str(planned["out"]), "--python", VLLM_PYTHON, "--serve", "--device", "cpu"]
+
+
+async def validated_in_the_wizard(app, pilot, planned, args=None, timeout=180):
     run = await at_run_step(app, pilot)
-    run.start(cli_argv(*validate_args(planned), "--json", "--progress"), kind="validate")
+    run.start(cli_argv(*(args or validate_args(planned)), "--json", "--progress"), kind="validate")
     assert await wait_for(pilot, lambda: run.process is None and not run._starting and "validat" in plain(run.query_one("#run-status"))
-                          and "…" not in plain(run.query_one("#run-status")), timeout=180)
+                          and "…" not in plain(run.query_one("#run-status")), timeout=timeout)
     await settle(app, pilot, extra=0.3)
     return run
 
@@ -120,31 +139,63 @@ async def test_after_a_validation_c_copies_the_output_s_serve_command(tmp_path, 
         assert planned["command"] in (planned["out"] / "README.md").read_text()
 
 
-# --- item 6: the results and the serve command are reachable at 80×24 and 100×30 --------------
+# --- item 6: the results, the paths and the serve command are reachable at 80×24 and up ---------
+
+async def results_on_the_whole_screen(app, pilot, run) -> str:
+    """`r`, then the results box paged through to its end: every line it showed, in order."""
+    await pilot.press("r")
+    await settle(app, pilot)
+    box = run.query_one("#run-validation-box")
+    assert run.maximized is box
+    seen = [screen_lines(app)]
+    for _ in range(40):
+        if box.scroll_y >= box.max_scroll_y:
+            break
+        await pilot.press("pagedown")
+        await settle(app, pilot)
+        seen.append(screen_lines(app))
+    await pilot.press("r")
+    await settle(app, pilot)
+    assert run.maximized is None
+    return "\n".join(line for lines in seen for line in lines)
+
+
+def assert_paths_shown(shown: str, out) -> None:
+    """The demo's coverage rows served without speculative decoding, one line each after the
+    checks: A and B executed (B's experts counted), C not executed, naming the request."""
+    flat = " ".join(shown.split())
+    a = re.search(r"✓ A text: mla · dense · BF16 \[model\.layers\.0\]: executed", flat)
+    b = re.search(r"✓ B text: mla · moe×8 · [^\[]*\[model\.layers\.1\]: executed \([1-8] of 8 experts received tokens\)", flat)
+    c = re.search(r"○ C mtp: mla · moe×8 · [^\[]*\[drafter:model\.layers\.2\]: not executed: served without speculative decoding", flat)
+    assert a and b and c, flat
+    assert f"`mxtrimvalidate{out}--serve--speculative`" in "".join(flat[c.end():].split()), flat  # the request that would reach it
+    assert flat.index("memory: predicted against logged") < a.start() < b.start() < c.start(), flat  # after the checks
+
 
 @pytest.mark.asyncio
 @pytest.mark.slow
+@pytest.mark.vllm
 @needs_vllm_env
-@pytest.mark.parametrize("size", [(80, 24), (100, 30)])
-async def test_after_a_validation_its_rows_and_the_serve_command_are_reachable(tmp_path, demo, planned, size):
+async def test_after_a_validation_its_rows_paths_and_the_serve_command_are_reachable(tmp_path, demo, planned_demo):
     app, _ = make_app(tmp_path, demo)
-    async with app.run_test(size=size) as pilot:
-        run = await validated_in_the_wizard(app, pilot, planned)
-        # a line over the results says what they hold and how to see them all
-        shown = " ".join(" ".join(screen_lines(app)).split())
-        assert f"Below: {len(run.validation.rows)} checks (" in shown and len(run.validation.rows) >= 12 and "then the serve command · r: whole screen" in shown, shown
-        await pilot.press("r")
-        await settle(app, pilot)
-        assert run.maximized is run.query_one("#run-validation-box")
-        everything = "\n".join(screen_lines(app))
-        for row in run.validation.rows:
-            assert f"{row['check']}: {row['status']}" in everything, everything
-        command = run.serve_command
-        assert command.startswith("CUDA_VISIBLE_DEVICES=0,1 ") and "--tensor-parallel-size 2 " in command
-        assert command in " ".join(everything.split()), everything  # all of it, wrapped
-        await pilot.press("r")
-        await settle(app, pilot)
-        assert run.maximized is None
+    async with app.run_test(size=(80, 24)) as pilot:
+        run = await validated_in_the_wizard(app, pilot, planned_demo, served_args(planned_demo), timeout=900)
+        for size in ((80, 24), (100, 30), (160, 48)):
+            await pilot.resize_terminal(*size)
+            await settle(app, pilot, extra=0.3)
+            # a line over the results says what they hold and how to see them all
+            shown = " ".join(" ".join(screen_lines(app)).split())
+            assert f"Below: {len(run.validation.rows)} checks (" in shown and len(run.validation.rows) >= 12, (size, shown)
+            assert "then the paths of 3 coverage rows (2 executed · 1 not executed), then the serve command · r: whole screen" in shown, (size, shown)
+            everything = await results_on_the_whole_screen(app, pilot, run)
+            for row in run.validation.rows:
+                assert f"{row['check']}: {row['status']}" in everything, (size, everything)
+            assert_paths_shown(everything, planned_demo["out"])
+            command = run.serve_command
+            assert command.startswith("CUDA_VISIBLE_DEVICES=0,1 ") and "--tensor-parallel-size 2 " in command
+            assert command in " ".join(everything.split()), everything  # all of it, wrapped
+        # at 160×48 the paths read in place, nothing maximized or scrolled
+        assert_paths_shown("\n".join(screen_lines(app)), planned_demo["out"])
 
 
 # --- item 2: Escape leaves a text box ----------------------------------------------------------

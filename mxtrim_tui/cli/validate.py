@@ -109,11 +109,10 @@ def run(args) -> int:
 
 def print_paths(paths: list[dict] | None) -> None:
     """Per coverage row, what the engine executed (``paths``: core/validate/paths.py)."""
-    from ..core.write.report import executed_cell
+    from ..core.write.report import PATHS_TITLE, path_line
 
     if not paths:
         return
-    marks = {"executed": "✓", "not executed": "○", "unverified": "·"}
-    print("coverage rows, as the engine built and executed them:")
+    print(PATHS_TITLE)
     for p in paths:
-        print(f"  {marks.get(p['status'], '?')} {p['row']} {p['kind']}: {executed_cell(p)}")
+        print("  " + path_line(p))

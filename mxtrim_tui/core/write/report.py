@@ -314,11 +314,13 @@ def _mapping_and_coverage_sections(add, plan: TrimPlan) -> None:
 
 COVERAGE_SECTION = "## Coverage"
 _CELL_SPLIT = re.compile(r"(?<!\\)\|")  # a Markdown table's cell borders (an escaped \| is text)
+PATHS_TITLE = "coverage rows, as the engine built and executed them:"
+PATH_MARKS = {"executed": "✓", "not executed": "○", "unverified": "·"}  # readable without colour, beside the word
 
 
-def executed_cell(path: dict) -> str:
-    """A coverage row's "executed" cell from its ``paths`` entry (``mxtrim validate``'s):
-    the status, the experts that received tokens, or why it is not executed / unverified."""
+def executed_words(path: dict) -> str:
+    """A coverage row's ``paths`` entry (``mxtrim validate``'s) in short: the status, the
+    experts that received tokens, or why it is not executed / unverified."""
     status = str(path.get("status") or "unverified")
     if status == "executed":
         hit, experts = path.get("experts_hit"), path.get("experts")
@@ -326,7 +328,20 @@ def executed_cell(path: dict) -> str:
     else:
         reason = str(path.get("reason") or "")
         text = reason if reason.startswith(status) else f"{status}: {reason}" if reason else status
-    return text.replace("|", "\\|").replace("\n", " ")
+    return text.replace("\n", " ")
+
+
+def executed_cell(path: dict) -> str:
+    """A coverage row's "executed" cell of the README's coverage table."""
+    return executed_words(path).replace("|", "\\|")
+
+
+def path_line(path: dict) -> str:
+    """One coverage row's line, as `mxtrim validate` prints it and the wizard shows it: its mark,
+    letter, kind and layers as vLLM names them, then its status and evidence in short."""
+    layers = ", ".join(str(n) for n in path.get("layers") or [])
+    return (f"{PATH_MARKS.get(str(path.get('status')), '?')} {path.get('row')} {path.get('kind')}"
+            + (f" [{layers}]" if layers else "") + f": {executed_words(path)}")
 
 
 def coverage_with_executed(readme: str, paths: list[dict] | None) -> str:

@@ -49,7 +49,8 @@ class RunProgress:
 
 
 class ResultsBox(VerticalScroll):
-    """The validation's rows and the serve command: scrolls, and `r` gives it the whole screen."""
+    """The validation's rows, the executed paths of the coverage rows and the serve command:
+    scrolls, and `r` gives it the whole screen."""
 
     ALLOW_MAXIMIZE = True
 
@@ -88,7 +89,10 @@ class RunScreen(WizardScreen):
         "from, and when none holds vLLM it says where it looked and nothing is started. "
         "The validation runs offline loads in that interpreter, then a real `vllm serve` (its log "
         "streams here) with health, completion and chat requests; each check fills in as it "
-        "completes and a failure is classified with its evidence. Escape stops the validation and "
+        "completes and a failure is classified with its evidence. After the checks, a served "
+        "validation lists the coverage rows as the engine built and executed them, one line each: "
+        "✓ executed (the experts that received tokens), ○ not executed (the request that would "
+        "reach it), · unverified (why). Escape stops the validation and "
         "its server; quitting never leaves a server behind."
     )
     BINDINGS = [
@@ -150,23 +154,23 @@ class RunScreen(WizardScreen):
             self.maximize(self.query_one("#run-log", RichLog), container=False)
 
     def action_toggle_results(self) -> None:
-        """The validation's rows and the serve command take the whole screen, and back."""
+        """The validation's rows, paths and the serve command take the whole screen, and back."""
         if self.maximized is not None:
             self.minimize()
         else:
             self.maximize(self.query_one("#run-validation-box", VerticalScroll), container=False)
 
     def _show_results_title(self) -> None:
-        """One line over the results: how many rows, whether a serve command follows, and how to
-        see them all (the box scrolls; r gives it the whole screen). Hidden while it is empty."""
+        """One line over the results: how many rows and coverage rows' paths, whether a serve
+        command follows, and how to see them all (the box scrolls; r gives it the whole screen).
+        Hidden while it is empty."""
         title = self.query_one("#run-results-title", Static)
-        rows = self.validation.rows
+        rows, paths = self.validation.rows, self.validation.paths
         parts = []
         if rows:
-            counts: dict[str, int] = {}
-            for r in rows:
-                counts[r.get("status", "?")] = counts.get(r.get("status", "?"), 0) + 1
-            parts.append(f"{len(rows)} checks (" + " · ".join(f"{n} {status}" for status, n in counts.items()) + ")")
+            parts.append(f"{len(rows)} checks ({_counted(rows)})")
+        if paths:
+            parts.append(f"the paths of {len(paths)} coverage rows ({_counted(paths)})")
         if self.serve_command:
             parts.append("the serve command")
         title.display = bool(parts)
@@ -514,6 +518,14 @@ class RunScreen(WizardScreen):
         self.query_one("#run-status", Static).update(Text("cancelling…", style="yellow"))
 
 
+def _counted(entries: list[dict]) -> str:
+    """``9 passed · 2 not applicable``: how many of each status, in the order they come."""
+    counts: dict[str, int] = {}
+    for e in entries:
+        counts[e.get("status", "?")] = counts.get(e.get("status", "?"), 0) + 1
+    return " · ".join(f"{n} {status}" for status, n in counts.items())
+
+
 def _validated_output(argv: list[str]) -> str | None:
     """The output a `mxtrim validate OUT …` child validates."""
     return argv[argv.index("validate") + 1] if "validate" in argv[:-1] else None
@@ -538,18 +550,22 @@ def _written_despite_harness(doc: dict) -> bool:
 
 
 class ValidationView:
-    """The validation rows as they fill in, one line each."""
+    """The validation rows as they fill in, one line each; once it is done, the coverage rows'
+    executed paths (``paths``), one line each, as `mxtrim validate` prints them."""
 
     MARKS = {"passed": ("✓", "green"), "failed": ("✗", "bold red"), "unverified": ("·", "yellow"), "not applicable": ("-", "dim"),
              "not comparable": ("≠", "yellow"), "differs": ("≠", "bold yellow")}
+    PATH_STYLES = {"executed": "green", "not executed": "yellow", "unverified": "dim"}
 
     def __init__(self) -> None:
         self.rows: list[dict] = []
+        self.paths: list[dict] = []
 
     @classmethod
     def from_json(cls, doc: dict) -> "ValidationView":
         view = cls()
         view.rows = list(doc.get("rows", []))
+        view.paths = [p for p in doc.get("paths") or [] if isinstance(p, dict)]
         return view
 
     def add(self, row: dict) -> None:
@@ -568,6 +584,12 @@ class ValidationView:
                 for line in verdict.get("evidence", [])[:2]:
                     text.append(f"\n    {line[:300]}", style="red")
             text.append("\n")
+        if self.paths:
+            from ...core.write.report import PATHS_TITLE, path_line
+
+            text.append("\n" + PATHS_TITLE + "\n", style="bold")
+            for p in self.paths:
+                text.append(path_line(p) + "\n", style=self.PATH_STYLES.get(p.get("status"), ""))
         text.rstrip()
         return text
 
