@@ -124,3 +124,24 @@ def test_a_v4_dummy_loads_the_weights_per_gpu_that_vllm_logged(tmp_path, keep, l
     opts = ServeOptions(python="python", device="cuda", max_model_len=args["max_model_len"], kv_cache_dtype="fp8",
                         gpu_memory_utilization=args["gpu_memory_utilization"])
     assert predict(out, opts)["weights_bytes"] == planned
+
+
+@pytest.mark.parametrize("context", [256, 8192])
+def test_a_v4_dummy_is_predicted_at_the_batch_it_is_served_with(tmp_path, context):
+    """A dummy V4 output (the small published layout, layers 0 and 3) served at a context other
+    than its serve command's default: validation's prediction of the weights per GPU is the
+    budget `mxtrim plan` gives for the same context and batch (the load buffers, the indexer's
+    top-k indices and the MTP hidden states, are sized by the served batch)."""
+    import dsv4_support as v4
+    from mxtrim_tui.core.plan.build import default_context
+    from mxtrim_tui.core.validate.memory_check import predict
+    from mxtrim_tui.core.validate.serve import ServeOptions, batched_tokens
+    from mxtrim_tui.core.write.writer import write_dummy
+
+    src = v4.published_source(tmp_path / "src")
+    out = write_dummy(plan_for(src, ["0,3"]), tmp_path / "out").path
+    served = plan_for(src, ["0,3"], mtp=False)  # served without speculative decoding: no MTP weights loaded
+    assert context != default_context(served)
+    opts = ServeOptions(python="python", device="cuda", max_model_len=context, gpu_memory_utilization=0.9)
+    budget = compute_budget(served, BudgetInputs(max_model_len=context, max_num_batched_tokens=batched_tokens(opts)))
+    assert predict(out, opts, 80 * 2**30)["weights_bytes"] == budget.weights_per_gpu

@@ -9,6 +9,7 @@ each names the file it is raised in) and CUDA's texts as torch raises them."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -126,15 +127,19 @@ def _numa_nodes() -> int:
 @needs_vllm
 @pytest.mark.skipif(_numa_nodes() > 1, reason="this host has NUMA nodes for two CPU workers")
 def test_validate_tp_2_on_the_cpu_build_blames_the_host_not_the_trim(tmp_path):
-    """The real flow: `validate OUT --serve --tp 2` with vLLM's CPU build on a one-node host."""
+    """The real flow: `validate OUT --serve --tp 2` with vLLM's CPU build on a one-node host, the
+    user's own VLLM_CPU_OMP_THREADS_BIND=auto kept (vLLM then binds a NUMA node per worker;
+    unset, mxtrim gives each worker cores of its own: tests/test_served_tp2.py)."""
     from engine_support import small_llama_output
 
     out = small_llama_output(tmp_path, "dummy")
     proc = subprocess.run([sys.executable, "-m", "mxtrim_tui", "validate", str(out), "--serve", "--tp", "2", "--device", "cpu",
-                           "--python", VLLM_PYTHON], capture_output=True, text=True, timeout=900)
+                           "--python", VLLM_PYTHON], capture_output=True, text=True, timeout=900,
+                          env={**os.environ, "VLLM_CPU_OMP_THREADS_BIND": "auto"})
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert "start-up: failed" in proc.stdout and f"    {HOST}: " in proc.stdout
     assert "Not enough allowed NUMA nodes" in proc.stdout and "--tp 1 --pp 1" in proc.stdout
+    assert "leave VLLM_CPU_OMP_THREADS_BIND unset" in proc.stdout
     assert CONFIGURATION not in proc.stdout and "change the trim" not in proc.stdout
     start = next(r for r in json.loads((out / "validation.json").read_text())["runs"][-1]["rows"] if r["check"] == "start-up")
     assert start["verdict"]["class"] == HOST

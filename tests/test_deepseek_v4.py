@@ -256,13 +256,20 @@ def test_the_budget_counts_compressed_caches_and_says_it_is_unverified(sources):
 # --- item 7: the long-input request crosses the largest kept compression block -------------------
 def test_the_long_input_crosses_the_largest_kept_compression_block(sources):
     cfg = v4.config()
+
+    def longest(cfg: dict, *kinds: str) -> int | None:
+        """The longest boundary the long input must cross, kept layers 0, 1, ... of ``kinds``."""
+        bounds = rq.kept_boundaries(cfg, [{"submodel": "text", "kind": k, "kept": [{"new": i, "old": i}]}
+                                          for i, k in enumerate(kinds)])
+        return bounds[-1]["tokens"] if bounds else None
+
     # ratio 128: one compressed entry once the prompt holds 128 tokens
-    assert rq.long_input_need(cfg, ["compressed ÷128 · moe×8", "sliding window only · hash-moe×8"])[0] == 127
+    assert longest(cfg, "compressed ÷128 · moe×8", "sliding window only · hash-moe×8") == 127
     # ratio 4: the indexer selects among the compressed entries only past its top-k of them
     # (vLLM: max_seq_len // 4 > index_topk), from 4 × (16 + 1) tokens
-    assert rq.long_input_need(cfg, ["compressed ÷4 + indexer · moe×8"])[0] == 67
-    assert rq.long_input_need(cfg, ["sliding window only · moe×8"])[0] == 16
-    assert rq.long_input_need({"sliding_window": 4096}, ["full · dense"]) == (None, "")
+    assert longest(cfg, "compressed ÷4 + indexer · moe×8") == 67
+    assert longest(cfg, "sliding window only · moe×8") == 16
+    assert longest({"sliding_window": 4096}, "full · dense") is None
     # the plan's coverage rows say the same length
     plan = plan_for(sources["published"], ["0,3"])
     assert any("longer than 127 tokens" in c.request for c in plan.coverage if c.kept)

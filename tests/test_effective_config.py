@@ -32,14 +32,19 @@ W8A8 = {"config_groups": {"group_0": {
                 "symmetric": True, "type": "int"}}},
     "format": "int-quantized", "ignore": ["lm_head"], "quant_method": "compressed-tensors"}
 FP8_BLOCK = {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8", "weight_block_size": [128, 128]}
-# the demo's coverage (DeepSeek-style: A MLA dense, B MLA MoE, C the MTP layer), two text layers kept
+# the demo's plan: its coverage (DeepSeek-style: A MLA dense, B MLA MoE, C the MTP layer), two text layers
+# kept, and the names its layers are stored under (the MTP layer as model.layers.2)
 DEMO_TEXT = {"kv_lora_rank": 512, "num_hidden_layers": 2}
-DEMO_COVERAGE = [
+DEMO_PLAN = {"coverage": [
     {"submodel": "text", "group": "A", "kind": "mla · dense · BF16", "kept": [{"new": 0, "old": 0}]},
     {"submodel": "text", "group": "B", "kind": "mla · moe×8 · BF16 + shared expert, router bias", "kept": [{"new": 1, "old": 2}]},
     {"submodel": "mtp", "group": "C", "kind": "mla · moe×8 · BF16 + shared expert, router bias, mtp head", "kept": [{"new": 0, "old": 0}]},
-]
-LLAMA_COVERAGE = [{"submodel": "text", "group": "A", "kind": "full · dense · F32", "kept": [{"new": 0, "old": 1}, {"new": 1, "old": 2}]}]
+], "mapping": [
+    {"submodel": "text", "new": 0, "old": 0, "old_name": "model.layers.0", "new_name": "model.layers.0"},
+    {"submodel": "text", "new": 1, "old": 2, "old_name": "model.layers.2", "new_name": "model.layers.1"},
+    {"submodel": "mtp", "new": 0, "old": 0, "old_name": "model.layers.6", "new_name": "model.layers.2"},
+]}
+LLAMA_PLAN = {"coverage": [{"submodel": "text", "group": "A", "kind": "full · dense · F32", "kept": [{"new": 0, "old": 1}, {"new": 1, "old": 2}]}]}
 CPU = {"dtype": "float32", "kv_cache_dtype": None, "attention_backend": None, "speculative": 0, "enforce_eager": True}
 
 
@@ -94,7 +99,7 @@ def test_a_captured_start_up_log_gives_the_effective_configuration(parts, want):
 # --- passed: served as planned ------------------------------------------------------------------
 def test_the_demo_served_on_the_cpu_build_is_its_planned_path():
     row, record = effective_row(log("vllm_logs", "cpu-0.32.0-deepseek-v3.log"), None, DEMO_TEXT,
-                                {**CPU, "attention_backend": "CPU_MLA"}, DEMO_COVERAGE)
+                                {**CPU, "attention_backend": "CPU_MLA"}, DEMO_PLAN)
     assert row["check"] == EFFECTIVE and row["status"] == "passed", row
     assert row["detail"].startswith("as planned: quantization none")
     assert "attention CPU_MLA (MLA prefill CPU_SDPA_MLA)" in row["detail"] and "MoE CPU Unquantized, CPUUnquantizedExperts" in row["detail"]
@@ -109,7 +114,7 @@ def test_the_demo_served_on_the_cpu_build_is_its_planned_path():
 
 def test_fp8_block_on_the_cuda_build_is_served_as_fp8_block_with_its_drafter():
     row, record = effective_row(log("vllm_failures", "gpu-0.26.0-mla-dims-dummy.log"), FP8_BLOCK, DEMO_TEXT,
-                                {"dtype": None, "kv_cache_dtype": None, "speculative": 1, "enforce_eager": True}, DEMO_COVERAGE)
+                                {"dtype": None, "kv_cache_dtype": None, "speculative": 1, "enforce_eager": True}, DEMO_PLAN)
     assert row["status"] == "passed", row
     assert "quantization fp8 (FP8 block 128×128), CutlassFp8BlockScaledMMKernel for Fp8LinearMethod" in row["detail"]
     assert "attention TRITON_MLA" in row["detail"] and "speculative mtp" in row["detail"]
@@ -117,7 +122,7 @@ def test_fp8_block_on_the_cuda_build_is_served_as_fp8_block_with_its_drafter():
 
 def test_deepseek_v4_fp8_on_the_cuda_build_is_its_own_fp8_method():
     row, _ = effective_row(log("gpu_logs", "h100-0.26.0-deepseek-v4-dummy-mhc.log"), FP8_BLOCK, {"num_hidden_layers": 2},
-                           {"dtype": None, "kv_cache_dtype": "fp8", "speculative": 0, "enforce_eager": True}, [])
+                           {"dtype": None, "kv_cache_dtype": "fp8", "speculative": 0, "enforce_eager": True}, {})
     assert row["status"] == "passed", row
     assert "deepseek_v4_fp8" in row["detail"] and "KV cache fp8 (fp8_ds_mla)" in row["detail"]
 
@@ -125,7 +130,7 @@ def test_deepseek_v4_fp8_on_the_cuda_build_is_its_own_fp8_method():
 # --- failed: a served path that differs -----------------------------------------------------------
 def test_a_quantization_dropped_by_an_override_is_its_own_failure_quoting_the_engine_line():
     row, record = effective_row(log("effective_logs", "cpu-0.32.0-llama-w8a8-hf-overrides-drop-quantization.log"), W8A8,
-                                {"num_hidden_layers": 2}, {**CPU, "dtype": "bfloat16"}, LLAMA_COVERAGE)
+                                {"num_hidden_layers": 2}, {**CPU, "dtype": "bfloat16"}, LLAMA_PLAN)
     assert row["status"] == "failed" and row["verdict"]["class"] == SERVED_PATH, row
     assert row["detail"] == "served path differs from the plan: quantization none (planned W8A8 int8 (compressed-tensors))"
     assert any(e.startswith("Initializing a V1 LLM engine (v0.32.0) with config: … ") and "quantization=None" in e
@@ -134,7 +139,7 @@ def test_a_quantization_dropped_by_an_override_is_its_own_failure_quoting_the_en
     assert record["differences"][0]["what"] == "quantization"
     # the same output without the override: served as its config says
     row, record = effective_row(log("effective_logs", "cpu-0.32.0-llama-w8a8.log"), W8A8, {"num_hidden_layers": 2},
-                                {**CPU, "dtype": "bfloat16"}, LLAMA_COVERAGE)
+                                {**CPU, "dtype": "bfloat16"}, LLAMA_PLAN)
     assert row["status"] == "passed", row
     assert ("quantization compressed-tensors (W8A8 int8 (compressed-tensors)), CPUInt8ScaledMMLinearKernel for "
             "CompressedTensorsW8A8Int8") in row["detail"]
@@ -146,14 +151,14 @@ def test_a_w8a8_output_served_by_a_weight_only_scheme_differs():
     lines = [line.replace("Selected CPUInt8ScaledMMLinearKernel for CompressedTensorsW8A8Int8",
                           "Selected CPUWNA16LinearKernel for CompressedTensorsWNA16")
              for line in log("effective_logs", "cpu-0.32.0-llama-w8a8.log")]
-    row, _ = effective_row(lines, W8A8, {"num_hidden_layers": 2}, {**CPU, "dtype": "bfloat16"}, LLAMA_COVERAGE)
+    row, _ = effective_row(lines, W8A8, {"num_hidden_layers": 2}, {**CPU, "dtype": "bfloat16"}, LLAMA_PLAN)
     assert row["status"] == "failed" and row["verdict"]["class"] == SERVED_PATH, row
     assert "quantization scheme CompressedTensorsWNA16 (planned W8A8 int8 (compressed-tensors))" in row["detail"]
     assert row["verdict"]["evidence"] == ["Selected CPUWNA16LinearKernel for CompressedTensorsWNA16"]
 
 
 def test_a_compiled_engine_where_eager_was_planned_differs():
-    row, _ = effective_row(log("effective_logs", "cpu-0.32.0-qwen3-moe-compiled.log"), None, {"num_hidden_layers": 4}, CPU, [])
+    row, _ = effective_row(log("effective_logs", "cpu-0.32.0-qwen3-moe-compiled.log"), None, {"num_hidden_layers": 4}, CPU, {})
     assert row["status"] == "failed" and row["verdict"]["class"] == SERVED_PATH
     assert "eager / graph mode compiled (planned eager)" in row["detail"]
     assert any("enforce_eager=False" in e for e in row["verdict"]["evidence"])
@@ -162,7 +167,7 @@ def test_a_compiled_engine_where_eager_was_planned_differs():
 def test_another_attention_backend_than_asked_and_a_missing_drafter_differ():
     # the demo's log, planned with another backend and with speculative decoding it was not served with
     row, record = effective_row(log("vllm_logs", "cpu-0.32.0-deepseek-v3.log"), None, DEMO_TEXT,
-                                {**CPU, "attention_backend": "FLASHMLA", "speculative": 1}, DEMO_COVERAGE)
+                                {**CPU, "attention_backend": "FLASHMLA", "speculative": 1}, DEMO_PLAN)
     assert row["status"] == "failed", row
     what = {d["what"]: d for d in record["differences"]}
     assert what["attention backend"]["served"] == "CPU_MLA" and what["attention backend"]["evidence"] == "Using CPU_MLA backend."
@@ -172,7 +177,7 @@ def test_another_attention_backend_than_asked_and_a_missing_drafter_differ():
 
 def test_an_mla_model_on_a_backend_without_mla_differs():
     lines = ["(EngineCore pid=1) INFO 12-03 08:38:15 [cuda.py:483] Using FLASH_ATTN attention backend out of potential backends: ['FLASH_ATTN']."]
-    row, _ = effective_row(lines, None, DEMO_TEXT, {**CPU, "dtype": None}, DEMO_COVERAGE)
+    row, _ = effective_row(lines, None, DEMO_TEXT, {**CPU, "dtype": None}, DEMO_PLAN)
     assert row["status"] == "failed" and "attention backend FLASH_ATTN (planned an MLA backend" in row["detail"]
 
 
@@ -189,7 +194,7 @@ def _probe(moe_method="UnquantizedFusedMoEMethod", linear="UnquantizedLinearMeth
             "layers": {"model.layers.0": layer(False), "model.layers.1": layer(True)}}
 
 
-FP8_DEMO = [dict(c, kind=c["kind"].replace("BF16", "F8_E4M3/BF16")) for c in DEMO_COVERAGE]
+FP8_DEMO = {**DEMO_PLAN, "coverage": [dict(c, kind=c["kind"].replace("BF16", "F8_E4M3/BF16")) for c in DEMO_PLAN["coverage"]]}
 
 
 def test_the_probe_shows_a_quantized_kind_served_by_an_unquantized_fallback():
@@ -209,14 +214,14 @@ def test_the_probe_shows_a_quantized_kind_served_by_an_unquantized_fallback():
 
 
 def test_the_probe_shows_another_attention_backend_per_layer():
-    row, record = effective_row([], None, DEMO_TEXT, {**CPU, "dtype": "bfloat16", "attention_backend": "CPU_MLA"}, DEMO_COVERAGE,
+    row, record = effective_row([], None, DEMO_TEXT, {**CPU, "dtype": "bfloat16", "attention_backend": "CPU_MLA"}, DEMO_PLAN,
                                 _probe(backend="TRITON_MLA"))
     assert row["status"] == "failed"
     assert [d["what"] for d in record["differences"]] == ["row A attention backend", "row B attention backend"]
 
 
 def test_without_a_log_line_or_a_probe_the_row_is_unverified():
-    row, _ = effective_row(["INFO nothing about the engine"], None, {}, CPU, [])
+    row, _ = effective_row(["INFO nothing about the engine"], None, {}, CPU, {})
     assert row["status"] == "unverified" and row["verdict"] is None
 
 
@@ -268,3 +273,35 @@ def test_a_w8a8_output_served_without_its_quantization_fails_with_its_own_class(
     history = json.loads((out / "validation.json").read_text())
     assert history["runs"][-1]["effective"] == doc["effective"] and len(history["runs"]) == 2
     assert f"| {EFFECTIVE} | failed: {SERVED_PATH} |" in (out / "README.md").read_text()
+
+
+# --- the kept layers' names: the same in both records ------------------------------------------------
+def test_the_effective_record_names_each_row_s_layers_as_the_paths_record_does(tmp_path):
+    """A dummy DeepSeek-V4 output (its MTP layer stored as ``mtp.0``, the small published
+    layout): ``effective.kinds`` of validate --json names each coverage row's layers as
+    ``paths`` does; a hand-edited plan whose kept entries are malformed gives the same row
+    names, not a traceback."""
+    import dsv4_support as v4
+    from engine_support import plan_for
+    from mxtrim_tui.core.validate.effective import output_row
+    from mxtrim_tui.core.validate.paths import unserved_paths
+    from mxtrim_tui.core.validate.run import read_output
+    from mxtrim_tui.core.write.writer import write_dummy
+
+    out = write_dummy(plan_for(v4.published_source(tmp_path / "src"), ["0,3"]), tmp_path / "out").path
+    plan = read_output(out)
+    settings = {"dtype": None, "kv_cache_dtype": "fp8", "speculative": 1, "enforce_eager": True}
+
+    def names(doc: dict) -> tuple[dict, dict]:
+        _, record = output_row(out, doc, settings)
+        paths = {p["row"]: p["layers"] for p in unserved_paths(doc, "not run") if p["layers"]}
+        return {k["row"]: k["layers"] for k in record["kinds"]}, paths
+
+    effective, paths = names(plan)
+    assert any(row["submodel"] == "mtp" and row["kept"] for row in plan["coverage"])
+    assert effective == paths and any(n.startswith("drafter:") for layers in paths.values() for n in layers)
+    edited = json.loads(json.dumps(plan))
+    for row in edited["coverage"]:
+        if row["kept"]:
+            row["kept"] += [{"new": "one", "old": 1}, {"old": 2}, "3"]
+    assert names(edited) == (effective, paths)

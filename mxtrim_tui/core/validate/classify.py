@@ -245,9 +245,9 @@ def _numa_advice(evidence: list[str], facts: Facts) -> str:
     m = next((NUMA.search(line) for line in evidence if NUMA.search(line)), None)
     ranks = f"{m.group(1)} workers" if m else "a worker per rank"
     return (f"vLLM's CPU build binds each of the server's {ranks} (TP x PP) to a NUMA node of its own, and this host "
-            "allows fewer (the quoted line lists them): validate with --tp 1 --pp 1 here, check the parallel layout "
-            "on a host with enough NUMA nodes or on GPUs, or bind the threads yourself (VLLM_CPU_OMP_THREADS_BIND: "
-            f"one CPU list per rank, e.g. 0|1); {NOT_THE_TRIM}")
+            "allows fewer (the quoted line lists them): leave VLLM_CPU_OMP_THREADS_BIND unset (mxtrim then gives each "
+            "worker cores of its own) or set one CPU list per rank yourself (e.g. 0|1), validate with --tp 1 --pp 1 "
+            f"here, or check the parallel layout on a host with enough NUMA nodes or on GPUs; {NOT_THE_TRIM}")
 
 
 def _devices_advice(evidence: list[str], facts: Facts) -> str:

@@ -32,6 +32,7 @@ import re
 from typing import Iterable
 
 from .classify import SERVED_PATH
+from .paths import _planned_names, coverage_rows
 from .vllm_log import message
 
 EFFECTIVE = "effective configuration"
@@ -201,19 +202,6 @@ def same_quantization(planned_method: str | None, served: str | None) -> bool:
 
 # --- per kept kind --------------------------------------------------------------------------
 
-def kept_layers(row: dict, text_layers: int) -> list[str]:
-    """The vLLM layer names of a coverage row's kept layers, as the probe names them: the
-    target's ``model.layers.N``, the MTP drafter's ``drafter:model.layers.M`` (after the text
-    layers)."""
-    names = []
-    for k in row.get("kept") or []:
-        if row.get("submodel") == "mtp":
-            names.append(f"drafter:model.layers.{text_layers + int(k['new'])}")
-        elif row.get("submodel") == "text":
-            names.append(f"model.layers.{int(k['new'])}")
-    return names
-
-
 def _quantized_kind(label: str) -> bool:
     """The kind's weights are stored quantized (its label names an FP8 / integer dtype)."""
     dtypes = label.split(" · ")[2].split(" + ")[0].split("/") if label.count(" · ") >= 2 else []
@@ -230,15 +218,18 @@ def _probe_layer(probe: dict | None, name: str) -> dict | None:
     return found if isinstance(found, dict) else None
 
 
-def kinds(coverage: list[dict], text_layers: int, served: dict, probe: dict | None) -> list[dict]:
-    """What was served per kept kind (coverage row): its quantization, attention backend, MoE
-    backend and kernel, KV cache and, for the MTP row, the speculative method."""
+def kinds(output_plan: dict, served: dict, probe: dict | None) -> list[dict]:
+    """What was served per kept kind (coverage row of ``output_plan``, the output's
+    mxtrim-plan.json): its quantization, attention backend, MoE backend and kernel, KV cache and,
+    for the MTP row, the speculative method. Its layers named as the probe names them, as
+    ``paths`` does (the text model's ``model.layers.N``, the MTP drafter's by the name its layer
+    is stored under)."""
     out = []
-    for row in coverage:
+    for row in coverage_rows(output_plan):
         if not row.get("kept"):
             continue
-        label = row.get("kind", "")
-        names = kept_layers(row, text_layers)
+        label = str(row.get("kind") or "")
+        names = _planned_names(row, output_plan)
         entry = {"row": row.get("group"), "kind": label, "layers": names, "source": "log",
                  "quantization": served["quantization"] or "none",
                  "attention_backend": "/".join(served["attention_backends"]) or None,
@@ -394,17 +385,16 @@ ADVICE = ("vLLM built another path than the output's config.json and the serve s
 
 
 def effective_row(lines: Iterable[str], quantization: dict | None, text_config: dict, settings: dict,
-                  coverage: list[dict], probe: dict | None = None) -> tuple[dict, dict]:
+                  output_plan: dict, probe: dict | None = None) -> tuple[dict, dict]:
     """(the row, the record): the validation's "effective configuration" row (check, status,
     detail, verdict, data), and what was served (validate --json's ``effective``).
     ``lines``: the server's start-up log (its last run); ``quantization``: the output's
     ``quantization_config``; ``settings``: what the server ran with (``run.serve_settings``);
-    ``coverage``: the plan's coverage rows; ``probe``: what the engine built, where mxtrim's
-    probe ran (None: the log only)."""
+    ``output_plan``: the output's mxtrim-plan.json (its coverage rows and mapping); ``probe``:
+    what the engine built, where mxtrim's probe ran (None: the log only)."""
     served = parse_log(lines)
     plan = planned(quantization, text_config, settings)
-    text_layers = int(text_config.get("num_hidden_layers") or 0)
-    per_kind = kinds(coverage, text_layers, served, probe)
+    per_kind = kinds(output_plan, served, probe)
     found = differences(plan, served, probe, per_kind)
     record = {"source": "probe and log" if probe else "log",
               "engine": {k: v for k, v in served.items() if k not in ("evidence", "engine_logged")},
@@ -437,5 +427,4 @@ def output_row(out, plan: dict, settings: dict, probe: dict | None = None) -> tu
         lines = last_run(iter_file(out / "logs" / "serve.log"))
     except OSError:
         lines = []
-    return effective_row(lines, output_quantization(out), output_text_config(out), settings,
-                         [c for c in plan.get("coverage") or [] if isinstance(c, dict)], probe)
+    return effective_row(lines, output_quantization(out), output_text_config(out), settings, plan, probe)

@@ -35,7 +35,8 @@ def predict(out: Path, opts, gpu_total_bytes: int | None = None) -> dict:
     plan = build_plan(inv, Selection({"text": tuple(range(depth))}, mtp=bool(opts.speculative_mtp)))
     # a dummy output holds no weights: what vLLM allocates is what the kept tensors of its source take
     source_plan = None if inv.source.shards else _source_plan(out, opts)
-    source_ranks = (rank_weights(source_plan, max(1, opts.tp), opts.pp, expert_parallel=opts.expert_parallel)
+    source_ranks = (rank_weights(source_plan, max(1, opts.tp), opts.pp, expert_parallel=opts.expert_parallel,
+                                 max_num_batched_tokens=batched_tokens(opts))
                     if source_plan is not None else None)
     inputs = BudgetInputs(tp=opts.tp, pp=opts.pp, expert_parallel=opts.expert_parallel, max_model_len=opts.max_model_len, max_num_seqs=opts.max_num_seqs,
                           max_num_batched_tokens=batched_tokens(opts),
@@ -162,7 +163,8 @@ def source_weights(out: Path, opts):
     from ..plan.partition import rank_weights
 
     plan = _source_plan(out, opts)
-    return None if plan is None else rank_weights(plan, max(1, opts.tp), opts.pp, expert_parallel=opts.expert_parallel)
+    return None if plan is None else rank_weights(plan, max(1, opts.tp), opts.pp, expert_parallel=opts.expert_parallel,
+                                                  max_num_batched_tokens=batched_tokens(opts))
 
 
 def _source_plan(out: Path, opts):

@@ -11,7 +11,7 @@ mxtrim calls it over HTTP, ``POST /collective_rpc``, which gathers one answer pe
 
     {"method": "mxtrim_probe_install"}   hooks on (once); returns what this rank built
     {"method": "mxtrim_probe_reset"}     counters to zero
-    {"method": "mxtrim_probe_report"}    counters since the last reset
+    {"method": "mxtrim_probe_report"}    counters since the last reset (and callbacks that failed)
 
 It only observes: forward pre-hooks that count calls and the step's tokens (prefill and decode,
 as vLLM's attention metadata splits them), and a callback chained onto each MoE router's
@@ -240,10 +240,6 @@ class MxtrimProbe:
         last = self._mxtrim_state.get("fc")
         if last is not None and last() is fc:
             return self._mxtrim_state["step"]
-        try:
-            self._mxtrim_state["fc"] = weakref.ref(fc)
-        except TypeError:
-            self._mxtrim_state["fc"] = lambda fc=fc: fc
         md_all = fc.attn_metadata
         if isinstance(md_all, dict):
             mds = [next(iter(md_all.values()))] if md_all else []
@@ -283,8 +279,19 @@ class MxtrimProbe:
                 if q > 0:
                     step["decode_tokens" if q <= threshold else "prefill_tokens"] += q
             step["known"] = True
+        # kept for the pass's other layers only once read whole: metadata that cannot be read
+        # fails each layer's count of this pass, never hands them an earlier pass's tokens
         self._mxtrim_state["step"] = step
+        try:
+            self._mxtrim_state["fc"] = weakref.ref(fc)
+        except TypeError:
+            self._mxtrim_state["fc"] = lambda fc=fc: fc
         return step
+
+    def _mxtrim_failed(self, key, exc):
+        """A callback that failed: recorded (the first error per counter), never raised into
+        the engine's forward pass; mxtrim reports the rows it counts unverified."""
+        self._mxtrim_state.setdefault("errors", {}).setdefault(key, f"{type(exc).__name__}: {str(exc)[:200]}")
 
     def _mxtrim_count(self, key, args):
         t0 = time.perf_counter()
@@ -302,30 +309,51 @@ class MxtrimProbe:
                     if hasattr(a, "shape") and len(a.shape) >= 1:
                         c["rows"] += int(a.shape[0])
                         break
+        except Exception as exc:
+            self._mxtrim_failed(key, exc)
         finally:
             self._mxtrim_state["hook_s"] = self._mxtrim_state.get("hook_s", 0.0) + time.perf_counter() - t0
 
-    def _mxtrim_capture(self, lname, router):
-        """Chain a histogram of the chosen expert ids onto the router's capture callback."""
+    def _mxtrim_histogram(self, lname, topk_ids, n):
+        """Add the chosen expert ids to the layer's histogram. With the number of experts known
+        it stays on the device (a scatter-add into a tensor of that size: no copy to the host,
+        no synchronisation per call); ids outside 0..n-1 (-1: a padded row, an expert of
+        another rank) are left out."""
         import torch
 
-        n = int(getattr(router, "global_num_experts", 0) or 0)
+        ids = topk_ids.reshape(-1).long()
+        if n > 0:
+            hist = self._mxtrim_hist.get(lname)
+            if hist is None:
+                hist = self._mxtrim_hist[lname] = torch.zeros(n, dtype=torch.long, device=ids.device)
+            hist.index_add_(0, ids.clamp(0, n - 1), ((ids >= 0) & (ids < n)).long())
+            return
+        # a router that does not say how many experts: sized by the ids themselves (a host sync)
+        h = torch.bincount(ids[ids >= 0])
+        old = self._mxtrim_hist.get(lname)
+        m = max(old.numel() if old is not None else 0, h.numel())
+        pad = torch.nn.functional.pad
+        self._mxtrim_hist[lname] = pad(h, (0, m - h.numel())) + (pad(old, (0, m - old.numel())) if old is not None else 0)
+
+    def _mxtrim_capture(self, lname, router):
+        """Chain a histogram of the chosen expert ids onto the router's capture callback."""
+        n = 0
+        for attr in ("global_num_experts", "num_logical_experts", "num_experts"):  # vLLM's routers; V4's MegaMoE
+            value = getattr(router, attr, None)
+            if type(value) is int and value > 0:
+                n = value
+                break
         prev = getattr(router, "capture_fn", None)
 
         def capture(topk_ids, *rest, lname=lname, n=n, prev=prev):
             t0 = time.perf_counter()
-            h = torch.bincount(topk_ids.reshape(-1).long(), minlength=n)  # stays on the device until read
-            old = self._mxtrim_hist.get(lname)
-            if old is None:
-                self._mxtrim_hist[lname] = h
-            elif old.numel() == h.numel():
-                old += h
-            else:
-                m = max(old.numel(), h.numel())
-                pad = torch.nn.functional.pad
-                self._mxtrim_hist[lname] = pad(old, (0, m - old.numel())) + pad(h, (0, m - h.numel()))
-            self._mxtrim_state["capture_s"] = self._mxtrim_state.get("capture_s", 0.0) + time.perf_counter() - t0
-            if prev is not None:
+            try:
+                self._mxtrim_histogram(lname, topk_ids, n)
+            except Exception as exc:
+                self._mxtrim_failed(f"experts:{lname}", exc)
+            finally:
+                self._mxtrim_state["capture_s"] = self._mxtrim_state.get("capture_s", 0.0) + time.perf_counter() - t0
+            if prev is not None:  # vLLM's own capture, as it was
                 prev(topk_ids, *rest)
 
         if hasattr(router, "set_capture_fn"):
@@ -370,13 +398,14 @@ class MxtrimProbe:
             return {"installed": False}
         self._mxtrim_counts.clear()
         self._mxtrim_hist.clear()
-        self._mxtrim_state.pop("hook_s", None)
-        self._mxtrim_state.pop("capture_s", None)
+        for key in ("hook_s", "capture_s", "errors"):
+            self._mxtrim_state.pop(key, None)
         return {"reset": True, "ranks": self._mxtrim_ranks()}
 
-    def mxtrim_probe_report(self, out_dir=""):
-        """This rank's counters since the last reset. With ``out_dir`` (or $MXTRIM_PROBE_DIR)
-        also written there, one file per rank: over HTTP, collective_rpc answers with the
+    def mxtrim_probe_report(self, *_):
+        """This rank's counters since the last reset, and the callbacks that failed meanwhile.
+        Also written to $MXTRIM_PROBE_DIR (the folder mxtrim gave the server; never a folder
+        named by the caller), one file per rank: over HTTP, collective_rpc answers with the
         first engine's ranks only when DP > 1, and every engine runs the call."""
         if not getattr(self, "_mxtrim_installed", False):
             return {"installed": False, "ranks": self._mxtrim_ranks()}
@@ -385,9 +414,10 @@ class MxtrimProbe:
             experts[lname] = [int(x) for x in h.tolist()]
         out = {"schema": SCHEMA, "installed": True, "ranks": self._mxtrim_ranks(), "config": self._mxtrim_config(),
                "counts": {k: dict(v) for k, v in self._mxtrim_counts.items()}, "experts": experts,
+               "errors": dict(self._mxtrim_state.get("errors", {})),
                "overhead_s": {"hooks": round(self._mxtrim_state.get("hook_s", 0.0), 6),
                               "expert_capture": round(self._mxtrim_state.get("capture_s", 0.0), 6)}}
-        target = out_dir or os.environ.get("MXTRIM_PROBE_DIR", "")
+        target = os.environ.get("MXTRIM_PROBE_DIR", "")
         if target:
             r = out["ranks"]
             path = os.path.join(target, f"probe-dp{r.get('dp')}-pp{r.get('pp')}-tp{r.get('tp')}.json")

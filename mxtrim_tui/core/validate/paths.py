@@ -27,7 +27,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from ..child_process import NotStarted, run as run_child
+from ..child_process import NotStarted, os_reason, run as run_child
 from .http import post_json
 
 PROBE_FILE = Path(__file__).with_name("mxtrim_probe_ext.py")
@@ -125,6 +125,10 @@ def combine(reports: list[dict]) -> dict:
         groups.setdefault((r.get("dp"), r.get("pp")), []).append(rep)
     counts: dict[str, dict] = {}
     experts: dict[str, list[int]] = {}
+    errors: dict[str, str] = {}  # a callback of the probe that failed on any rank: its counts are short
+    for rep in reports:
+        for key, error in (rep.get("errors") if isinstance(rep.get("errors"), dict) else {}).items():
+            errors.setdefault(str(key), str(error))
     agree = True
     for members in groups.values():
         members.sort(key=lambda rep: (rep.get("ranks") or {}).get("tp") or 0)
@@ -139,8 +143,20 @@ def combine(reports: list[dict]) -> dict:
             old.extend([0] * (len(hist) - len(old)))
             for i, n in enumerate(hist):
                 old[i] += int(n)
-    return {"counts": counts, "experts": experts, "agree": agree,
+    return {"counts": counts, "experts": experts, "agree": agree, "errors": errors,
             "seen": sorted({rank_label(rep.get("ranks") or {}) for rep in reports})}
+
+
+def _flag_values(words: list[str], flag: str) -> list[str]:
+    """The values given to ``flag`` in a server's words, in order (``--flag V``, ``--flag=V``;
+    vLLM's parser takes ``_`` for ``-`` in a flag's name)."""
+    values = []
+    for i, word in enumerate(words):
+        name, eq, value = word.partition("=")
+        if not name.startswith("--") or name.replace("_", "-") != flag:
+            continue
+        values.append(value if eq else (words[i + 1] if i + 1 < len(words) else ""))
+    return values
 
 
 class EngineProbe:
@@ -161,18 +177,30 @@ class EngineProbe:
 
     @staticmethod
     def _refused(opts) -> str | None:
-        if opts.executor_backend == "ray":
+        """Why the probe cannot go with this server, from the words the server gets (the
+        launcher's, mxtrim's, the extra arguments'; argparse keeps the last of a flag given twice)."""
+        words = [*(opts.launcher or []), *(["--distributed-executor-backend", opts.executor_backend] if opts.executor_backend else []),
+                 *opts.extra_args]
+        if _flag_values(words, "--distributed-executor-backend")[-1:] == ["ray"]:
             return ("vLLM's Ray executor starts its workers without the server's PYTHONPATH, where mxtrim's probe is: "
                     "not loadable on Ray workers")
-        if any(a == EXTENSION_FLAG or a.startswith(EXTENSION_FLAG + "=") for a in opts.extra_args):
-            return f"the server already uses a worker extension ({EXTENSION_FLAG} in its arguments): vLLM takes one"
+        if _flag_values(words, EXTENSION_FLAG):
+            return (f"the server already uses a worker extension ({EXTENSION_FLAG} in its launcher or arguments): "
+                    "vLLM takes one, the server's own is kept")
         return None
 
     def _prepare(self) -> None:
         """The probe alone in a folder of its own, and a check that the server's interpreter
-        imports it from there (a module vLLM cannot import stops its start-up)."""
-        self.folder = tempfile.mkdtemp(prefix="mxtrim-probe-")
-        shutil.copyfile(PROBE_FILE, os.path.join(self.folder, PROBE_FILE.name))
+        imports it from there (a module vLLM cannot import stops its start-up). The folder goes
+        again if anything stops this half-way (Ctrl-C during the check)."""
+        try:
+            self.folder = tempfile.mkdtemp(prefix="mxtrim-probe-")
+            shutil.copyfile(PROBE_FILE, os.path.join(self.folder, PROBE_FILE.name))
+        except OSError as exc:  # no room in the temporary folder, or none to write in
+            self.close()
+            where = exc.filename if isinstance(exc.filename, str) else tempfile.gettempdir()
+            self.unusable = f"mxtrim's probe could not be copied to {where}: {os_reason(exc)}; served without it"
+            return
         try:
             proc = run_child([self.opts.python, "-c", f"import {PROBE_MODULE}"], env=self.server_env(dict(os.environ)),
                              capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
@@ -181,6 +209,9 @@ class EngineProbe:
             why = str(exc)
         except subprocess.TimeoutExpired:
             why = "it did not finish importing it in 120 s"
+        except BaseException:
+            self.close()
+            raise
         if why:
             self.close()
             self.unusable = f"{self.opts.python} cannot import mxtrim's probe {PROBE_MODULE} ({why[:200]}): served without it"
@@ -195,7 +226,7 @@ class EngineProbe:
     def server_env(self, env: dict[str, str]) -> dict[str, str]:
         """The server's environment with the probe's folder first on PYTHONPATH and vLLM's
         development endpoints (``/collective_rpc``) on; the server listens on loopback only."""
-        if self.folder is None:
+        if not self.active:  # given up (failed_start): served again without any of it
             return env
         env = dict(env)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (self.folder, env.get("PYTHONPATH", "")) if p)
@@ -430,6 +461,10 @@ def _row_path(row: dict, plan: dict, out: Path, opts, layers: dict, readings: di
         words.append(experts_words)
     if fields.get("ranks") and not fields["ranks"]["agree"]:
         words.append("the tensor-parallel ranks disagree on these counts (" + ", ".join(fields["ranks"]["seen"]) + ")")
+    failed = sorted({e for r in readings.values() for n in names for e in _layer_errors(layers[n], r["errors"])})
+    if failed:
+        why = f"mxtrim's probe failed in the engine ({'; '.join(failed)[:300]}): the counts are incomplete"
+        return _entry(row, names, UNVERIFIED, "; ".join([why] + words), why, **fields)
     if not per_request:
         why = lost or "no request was measured"
         return _entry(row, names, UNVERIFIED, "; ".join([why] + words), why, **fields)
@@ -446,6 +481,23 @@ def _row_path(row: dict, plan: dict, out: Path, opts, layers: dict, readings: di
 
 def _count_key(layer: dict) -> str:
     return f"{layer.get('role')}:{layer['name']}"
+
+
+def _layer_errors(layer: dict, errors: dict[str, str]) -> list[str]:
+    """The probe's failures in a built layer: its own forward hook (``role:name``), those of
+    the modules it registered in the forward context (``fc:NAME``), its experts' histograms
+    (``experts:NAME``, or a gate of the model's own inside the layer)."""
+    own = _count_key(layer)
+    context = {d.get("forward_context_name") for kind in ("attention", "moe", "other") for d in layer.get(kind) or []
+               if isinstance(d, dict)}
+    keys = {own} | {f"{prefix}:{name}" for name in context for prefix in ("fc", "experts")}
+
+    def what(key: str) -> str:
+        kind, _, name = key.partition(":")
+        name = name.rsplit(":", 1)[-1]
+        return f"counting {layer['name']}" if key == own else f"counting {name}" if kind == "fc" else f"counting the experts of {name}"
+
+    return [f"{what(key)}: {error}" for key, error in errors.items() if key in keys or key.startswith(f"experts:{own}.")]
 
 
 def _experts(built: list[dict], readings: dict, fields: dict) -> str:

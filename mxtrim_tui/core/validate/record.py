@@ -169,8 +169,12 @@ def update_readme(v: Validation, runs: int) -> None:
     except FileNotFoundError:
         readme = f"# {v.output.name}\n\n"
     from ..write.report import coverage_with_executed
+    from .graph_mode import served_in_graph_mode
 
-    readme = coverage_with_executed(readme, v.paths)  # the coverage table's "executed" column, from this run
+    if served_in_graph_mode({"settings": v.settings}) is False:
+        # the coverage table's "executed" column, from an eager served run only (the probe counts
+        # in eager mode): a graph-mode or offline run leaves the last eager run's column
+        readme = coverage_with_executed(readme, v.paths)
     section = render_section(v, runs, integrity_rows(readme))
     start = readme.find("\n" + SECTION + "\n")
     if start < 0:

@@ -128,14 +128,6 @@ def kept_boundaries(cfg: dict, coverage, family_key: str | None = None) -> list[
     return sorted(found.values(), key=lambda b: (b["tokens"], b["what"]))
 
 
-def long_input_need(cfg: dict, kinds) -> tuple[int | None, str]:
-    """How long a prompt must be to take every kept path only long inputs take (the longest
-    of ``kept_boundaries``), and which; ``kinds``: the coverage rows' kind labels of the kept
-    layers. (None, "") when no kept path needs one."""
-    bounds = kept_boundaries(cfg, [{"kind": k, "kept": [{"new": 0}]} for k in kinds])
-    return (bounds[-1]["tokens"], f"{bounds[-1]['what']} ({bounds[-1]['source']})") if bounds else (None, "")
-
-
 def own_token_counter(out: Path):
     """(count, how): a counter for ``long_prompt`` with the output's own tokenizer files, loaded
     offline in this process (transformers' AutoTokenizer, local files only, never the folder's

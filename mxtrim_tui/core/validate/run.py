@@ -298,8 +298,9 @@ PORT_ATTEMPTS = 3
 def serve_rows(v: Validation, out: Path, plan: dict, opts: ServeOptions, emit, equivalence: bool = False) -> None:
     v.settings = serve_settings(opts)
     taken: list[int] = []
-    probe = EngineProbe(opts)  # what the engine built and executed, per coverage row (not part of serve_command)
+    probe = None
     try:
+        probe = EngineProbe(opts)  # what the engine built and executed, per coverage row (not part of serve_command)
         while True:
             port = free_port()
             argv = serve_argv(out, v.mode, opts, port)
@@ -318,8 +319,9 @@ def serve_rows(v: Validation, out: Path, plan: dict, opts: ServeOptions, emit, e
             taken.append(port)
             emit({"event": "serve", "status": "retrying", "reason": f"port {port} was taken before the server bound it"})
     finally:
-        probe.close()
-        v.paths = probe.paths(plan, out)
+        if probe is not None:  # None: interrupted while it was prepared (it removed its own folder)
+            probe.close()
+            v.paths = probe.paths(plan, out)
 
 
 def _ports_note(taken: list[int]) -> str:

@@ -351,6 +351,8 @@ class Server:
                 )
             except NotStarted as exc:  # a server that did not start (wait_healthy says why)
                 self.not_started = f"the server could not be started: {exc}"
+                shutil.rmtree(self.scratch, ignore_errors=True)  # nothing will use it; stop() has no server to stop
+                self.scratch = None
                 self._log.write(f"[mxtrim] {self.not_started}\n")
                 self._log.close()
                 self._log = None
