@@ -23,6 +23,9 @@ from test_validate_flow import STAND_IN
 from test_vllm_discovery import make_env
 from tui_support import make_app, no_vllm_in_the_environment, plain, screen_lines, settle, wait_for  # noqa: F401 (autouse)
 
+# the served module fixture (an eager and a graph-mode server) built once, on one worker
+pytestmark = pytest.mark.xdist_group("test_graph_mode")
+
 VLLM_PYTHON = os.environ.get("MXTRIM_VLLM_PYTHON")
 EAGER_ONLY = "--enforce-eager"
 

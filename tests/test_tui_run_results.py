@@ -157,7 +157,11 @@ async def results_on_the_whole_screen(app, pilot, run) -> str:
     await pilot.press("r")
     await settle(app, pilot)
     assert run.maximized is None
-    return "\n".join(line for lines in seen for line in lines)
+    # each line less the scrollbar's column (its thumb glyphs would join the next wrapped word)
+    return "\n".join(line.rstrip(SCROLLBAR + " ") for lines in seen for line in lines)
+
+
+SCROLLBAR = "▁▂▃▄▅▆▇█▔▕▏"
 
 
 def assert_paths_shown(shown: str, out) -> None:
