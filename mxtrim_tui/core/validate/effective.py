@@ -32,7 +32,7 @@ import re
 from typing import Iterable
 
 from .classify import SERVED_PATH
-from .paths import _planned_names, coverage_rows
+from .paths import planned_layer_names, coverage_rows
 from .vllm_log import message
 
 EFFECTIVE = "effective configuration"
@@ -229,7 +229,7 @@ def kinds(output_plan: dict, served: dict, probe: dict | None) -> list[dict]:
         if not row.get("kept"):
             continue
         label = str(row.get("kind") or "")
-        names = _planned_names(row, output_plan)
+        names = planned_layer_names(row, output_plan)
         entry = {"row": row.get("group"), "kind": label, "layers": names, "source": "log",
                  "quantization": served["quantization"] or "none",
                  "attention_backend": "/".join(served["attention_backends"]) or None,

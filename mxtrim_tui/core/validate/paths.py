@@ -325,7 +325,7 @@ class EngineProbe:
 
 def unserved_paths(plan: dict, why: str) -> list[dict]:
     """The coverage rows of a validation that served nothing: unverified, with the reason."""
-    return [_entry(row, _planned_names(row, plan), UNVERIFIED, why) for row in coverage_rows(plan)]
+    return [_entry(row, planned_layer_names(row, plan), UNVERIFIED, why) for row in coverage_rows(plan)]
 
 
 def coverage_rows(plan: dict) -> list[dict]:
@@ -340,7 +340,7 @@ def coverage_rows(plan: dict) -> list[dict]:
     return out
 
 
-def _planned_names(row: dict, plan: dict) -> list[str]:
+def planned_layer_names(row: dict, plan: dict) -> list[str]:
     """The layers of a coverage row as vLLM names them, from the plan alone (the text model's
     by their new index, the MTP layers as the drafter's, by the name they are stored under)."""
     names = []
@@ -359,7 +359,7 @@ def _planned_names(row: dict, plan: dict) -> list[str]:
 def _find_layers(row: dict, plan: dict, layers: dict[str, dict]) -> list[str | None]:
     """The built layers (served names) of a coverage row, None where none was found; planned
     names stand for every layer when nothing was built (the drafter without speculative decoding)."""
-    planned = _planned_names(row, plan)
+    planned = planned_layer_names(row, plan)
     sub = row.get("submodel")
     found = []
     for kept, name in zip(row.get("kept") or [], planned):
@@ -425,7 +425,7 @@ def _built_words(b: dict, role: str) -> str:
 
 
 def _row_path(row: dict, plan: dict, out: Path, opts, layers: dict, readings: dict, why: str | None, lost: str | None) -> dict:
-    planned = _planned_names(row, plan)
+    planned = planned_layer_names(row, plan)
     if not row.get("kept"):
         return _entry(row, [], NOT_EXECUTED, "not kept in this output: no layer of this kind was written")
     if why:
