@@ -185,3 +185,48 @@ def test_the_offline_probe_of_an_interpreter_refused_since_it_was_found_is_a_fai
     environment, rows = offline_checks(out, str(refused_python), False)
     assert environment == {} and len(rows) == 1 and rows[0].status == "failed", rows
     assert f"{refused_python}: cannot be used: exec format error" in rows[0].detail
+
+
+def _validate_with_no_temporary_folder(tmp_path: Path, *args: str) -> tuple[Path, subprocess.CompletedProcess]:
+    """``mxtrim validate ARGS`` in a process whose temporary folder, once chosen, refuses every
+    folder made in it (as a full or read-only one does): it is a file."""
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("the temporary folder mxtrim was given is this file\n")
+    code = ("import sys, tempfile; tempfile.tempdir = sys.argv[1]; "
+            "from mxtrim_tui.cli.main import main; sys.exit(main(sys.argv[2:]))")
+    proc = subprocess.run([sys.executable, "-c", code, str(blocker), "validate", *args], capture_output=True, text=True,
+                          cwd=REPO, timeout=600, env={k: v for k, v in os.environ.items() if k != "MXTRIM_VLLM_PYTHON"})
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return blocker, proc
+
+
+def test_outputs_validated_side_by_side_with_no_temporary_folder_are_one_error(tmp_path):
+    first = small_llama_output(tmp_path, "dummy")
+    second = tmp_path / "copy" / first.name
+    shutil.copytree(first, second)
+    python = make_env(tmp_path / "vllm-env", vllm="0.32.0")
+    blocker, proc = _validate_with_no_temporary_folder(tmp_path, str(first), str(second), "--jobs", "2",
+                                                       "--python", python, "--device", "cpu")
+    assert proc.returncode != 0
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"mxtrim: error: {blocker}: cannot make the folder") and lines[0].endswith(
+        "not a directory"), proc.stderr
+
+
+def test_a_server_whose_temporary_folder_cannot_be_made_did_not_start(tmp_path):
+    """A temporary folder mxtrim cannot make anything in (full, read-only, or not a folder):
+    the server's own scratch folder is refused, so the server is not started, the start-up row
+    says where and why, and there is no traceback."""
+    out = small_llama_output(tmp_path, "dummy")
+    python = make_env(tmp_path / "vllm-env", vllm="0.32.0")
+    blocker, proc = _validate_with_no_temporary_folder(tmp_path, str(out), "--serve", "--python", python,
+                                                       "--device", "cpu", "--timeout", "20", "--json")
+    assert proc.returncode == 1, proc.stderr
+    rows = {row["check"]: row for row in json.loads(proc.stdout)["rows"]}
+    start = rows["start-up"]
+    assert start["status"] == "failed", start
+    assert f"temporary folder could not be made in {blocker}: not a directory" in start["detail"], start
+    assert rows["generation"]["status"] == "unverified", rows["generation"]
+    # the server's log says so too, under the command that was not run
+    log = (out / "logs" / "serve.log").read_text()
+    assert "[mxtrim] the server could not be started: its temporary folder could not be made" in log, log

@@ -43,7 +43,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..child_process import NotStarted, parent_death_signal, start
+from ..child_process import NotStarted, os_reason, parent_death_signal, start
+from ..errors import InputError
 from ..units import plural
 from .devices import others_on, pid_exists
 
@@ -177,7 +178,11 @@ class ParallelBatch:
         self.ledger = GpuLedger(allowed)
         self.poll = poll
         self.events: queue.Queue = queue.Queue()
-        self.dir = Path(tempfile.mkdtemp(prefix="mxtrim-batch-"))
+        try:
+            self.dir = Path(tempfile.mkdtemp(prefix="mxtrim-batch-"))
+        except OSError as exc:  # a full or read-only temporary folder: one line, before any output starts
+            raise InputError(tempfile.gettempdir(), "cannot make the folder where outputs validated side by side "
+                             f"share their GPU bookings: {os_reason(exc)}") from None
         self.ours: set[int] = set()
         self._moved, self._next_try = True, 0.0  # placement is due: one of ours moved on / when
 

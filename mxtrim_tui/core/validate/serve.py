@@ -26,7 +26,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..child_process import NotStarted, parent_death_signal, popen_exited, start as start_child, stop_group
+from ..child_process import NotStarted, os_reason, parent_death_signal, popen_exited, start as start_child, stop_group
 from ..units import index_ranges
 from . import leftovers
 from .http import get
@@ -338,7 +338,15 @@ class Server:
         """Start the server in a session of its own. An interrupt that arrives meanwhile is held
         until the server is recorded (then raised: the caller's ``finally`` stops it)."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self.scratch = tempfile.mkdtemp(prefix="mxtrim-vllm-")
+        try:
+            self.scratch = tempfile.mkdtemp(prefix="mxtrim-vllm-")
+        except OSError as exc:  # a full or read-only temporary folder: a server that did not start
+            where = exc.filename if isinstance(exc.filename, str) else tempfile.gettempdir()
+            self.not_started = (f"the server could not be started: its temporary folder could not be made in "
+                                f"{os.path.dirname(where) or where}: {os_reason(exc)}")
+            with open(self.log_path, "a", encoding="utf-8", errors="replace") as log:
+                log.write(f"$ {' '.join(self.argv)}\n[mxtrim] {self.not_started}\n")
+            return
         self.env = scratch_env(self.env, self.scratch)
         self._log = open(self.log_path, "a", encoding="utf-8", errors="replace")
         self._log.write(f"$ {' '.join(self.argv)}\n")
