@@ -206,7 +206,7 @@ def test_outputs_validated_side_by_side_with_no_temporary_folder_are_one_error(t
     shutil.copytree(first, second)
     python = make_env(tmp_path / "vllm-env", vllm="0.32.0")
     blocker, proc = _validate_with_no_temporary_folder(tmp_path, str(first), str(second), "--jobs", "2",
-                                                       "--python", python, "--device", "cpu")
+                                                       "--python", python, "--device", "cpu", "--matrix", str(tmp_path))
     assert proc.returncode != 0
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"mxtrim: error: {blocker}: cannot make the folder") and lines[0].endswith(
