@@ -16,13 +16,14 @@ test reads them as soon as its read returns, with nothing to wait for."""
 from __future__ import annotations
 
 import hashlib
-import json
 import threading
 import time
 from collections import Counter
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
+
+from http_support import JsonHandler
 
 
 class HubStandIn:
@@ -73,25 +74,9 @@ class HubStandIn:
     def _handler(self):
         hub = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args) -> None:
-                pass
-
-            def _json(self, doc, status: int = 200) -> None:
-                body = json.dumps(doc).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
+        class Handler(JsonHandler):
             def _missing(self, code: str, status: int = 404) -> None:
-                body = json.dumps({"error": code}).encode()
-                self.send_response(status)
-                self.send_header("X-Error-Code", code)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                self.send_json({"error": code}, status, headers={"X-Error-Code": code})
 
             def _repo_and_rest(self, parts: list[str]):
                 if "/".join(parts[:2]) in hub.gated:
@@ -123,10 +108,10 @@ class HubStandIn:
                     root = hub.repos[repo]
                     if rest[0] == "revision":
                         asked = rest[1] if len(rest) > 1 else "main"  # a commit names itself, main the newest
-                        return self._json({"id": repo, "sha": hub.commit if asked == "main" else asked,
+                        return self.send_json({"id": repo, "sha": hub.commit if asked == "main" else asked,
                                            "siblings": [{"rfilename": str(p.relative_to(root))} for p in hub.files(repo)]})
                     if rest[0] == "tree":
-                        return self._json([{"type": "file", "path": str(p.relative_to(root)), "size": p.stat().st_size,
+                        return self.send_json([{"type": "file", "path": str(p.relative_to(root)), "size": p.stat().st_size,
                                             "oid": hashlib.sha1(str(p).encode()).hexdigest()} for p in hub.files(repo)])
                     return self._missing("EntryNotFound")
                 self._resolve(head=False)

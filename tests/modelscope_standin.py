@@ -31,7 +31,7 @@ class ModelScopeStandIn(HubStandIn):
 
         class Handler(Base):
             def _api_error(self, status: int, message: str) -> None:
-                self._json({"Code": status, "Message": message, "Success": False, "RequestId": "standin"}, status)
+                self.send_json({"Code": status, "Message": message, "Success": False, "RequestId": "standin"}, status)
 
             def do_GET(self) -> None:
                 url = urlsplit(self.path)
@@ -55,7 +55,7 @@ class ModelScopeStandIn(HubStandIn):
                     files = [{"Name": p.name, "Path": str(p.relative_to(root)), "Size": p.stat().st_size, "Type": "blob",
                               "Sha256": hashlib.sha256(str(p).encode()).hexdigest(), "Revision": hub.commit,
                               "CommittedDate": 1764979200} for p in hub.files(repo)]
-                    return self._json({"Code": 200, "Data": {"Files": files}, "Message": "success", "Success": True})
+                    return self.send_json({"Code": 200, "Data": {"Files": files}, "Message": "success", "Success": True})
                 if action == "repo":
                     name = query.get("FilePath", "")
                     file = root / name

@@ -15,14 +15,13 @@ tests/test_validate.py (its long-input row names the window crossed and the toke
 from __future__ import annotations
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
 import dsv4_support as v4
 from engine_support import plan_for
+from http_support import JsonHandler, serving
 from fixtures import tiny_models as tm
 from synth.checkpoint import write_safetensors
 from mxtrim_tui.core.validate.run import LONG_INPUT, Validation, long_input_row, read_output
@@ -43,44 +42,30 @@ class StandIn:
         self.prompts: list[str] = []
         stand_in = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def _send(self, status: int, doc: dict):
-                body = json.dumps(doc).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
+        class Handler(JsonHandler):
             def do_POST(self):
-                doc = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                doc = self.read_json()
                 n = len(stand_in.tok.encode(doc["prompt"], add_special_tokens=True))
                 if self.path == "/tokenize":
-                    return self._send(200, {"count": n, "max_model_len": stand_in.max_model_len, "tokens": []})
+                    return self.send_json({"count": n, "max_model_len": stand_in.max_model_len, "tokens": []})
                 stand_in.prompts.append(doc["prompt"])
                 asked = doc.get("max_tokens", 16)
                 if n + asked > stand_in.max_model_len:
-                    return self._send(400, {"error": {"message": f"This model's maximum context length is {stand_in.max_model_len} "
-                                                                 f"tokens. However, you requested {n + asked} tokens ({n} in the "
-                                                                 f"messages, {asked} in the completion).", "code": 400}})
-                self._send(200, {"choices": [{"text": " fox" * asked}],
-                                 "usage": {"prompt_tokens": n, "completion_tokens": asked, "total_tokens": n + asked}})
+                    return self.send_json({"error": {"message": f"This model's maximum context length is {stand_in.max_model_len} "
+                                                             f"tokens. However, you requested {n + asked} tokens ({n} in the "
+                                                             f"messages, {asked} in the completion).", "code": 400}}, 400)
+                self.send_json({"choices": [{"text": " fox" * asked}],
+                                "usage": {"prompt_tokens": n, "completion_tokens": asked, "total_tokens": n + asked}})
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.base = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self._serving = serving(Handler)
+        self.base = ""
 
     def __enter__(self):
-        self.thread.start()
+        self.base = self._serving.__enter__()
         return self
 
     def __exit__(self, *exc):
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join()
+        self._serving.__exit__(*exc)
 
 
 def long_input(out: Path, max_model_len: int) -> tuple[dict, StandIn]:

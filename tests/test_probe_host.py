@@ -14,15 +14,14 @@ import stat
 import subprocess
 import sys
 import tempfile
-import threading
 import types
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
 
+from http_support import JsonHandler, serving
 from mxtrim_tui.core.validate.http import post_json
 from mxtrim_tui.core.validate.mxtrim_probe_ext import MxtrimProbe
 from mxtrim_tui.core.validate.paths import EXTENSION_FLAG, EngineProbe
@@ -260,32 +259,18 @@ def engine(vllm_surface):
     model = Model()
     worker = Worker(model)
 
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(JsonHandler):
         def do_POST(self):
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            body = self.read_json()
             try:
                 result = getattr(worker, body["method"])(*body.get("args", []), **body.get("kwargs", {}))
                 status, doc = 200, {"results": [result]}
             except Exception as exc:
                 status, doc = 500, {"error": f"{type(exc).__name__}: {exc}"}
-            data = json.dumps(doc).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            self.send_json(doc, status)
 
-        def log_message(self, *args):
-            pass
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield SimpleNamespace(model=model, worker=worker, base=f"http://127.0.0.1:{httpd.server_address[1]}")
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    with serving(Handler) as base:
+        yield SimpleNamespace(model=model, worker=worker, base=base)
 
 
 PLAN = {"coverage": [
