@@ -18,7 +18,6 @@ are tested on the CPU (tests/test_budget*.py)."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import sys
@@ -27,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 
-from gpu_validation import mxtrim, validate_json  # noqa: E402
+from gpu_validation import gpu_arguments, mxtrim, results_of, validate_json  # noqa: E402
 
 V4_CONFIG = ROOT / "tests/fixtures/published_workspace/tools/batched_test/models/DeepSeek-V4-Flash-FP8_sgl_project/config.json"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja")
@@ -82,16 +81,9 @@ def row(name: str, doc: dict) -> str:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("work", type=Path)
-    ap.add_argument("--device", default="cuda")
-    ap.add_argument("--only", nargs="*")
-    ap.add_argument("--timeout", default="600")
-    args = ap.parse_args()
+    args = gpu_arguments().parse_args()
     work = args.work.resolve()
-    work.mkdir(parents=True, exist_ok=True)
-    path = work / "results.json"
-    results = json.loads(path.read_text()) if path.exists() else {}
+    path, results = results_of(work)
     for name in args.only or CASES:
         if name in results:
             continue

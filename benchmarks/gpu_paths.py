@@ -13,7 +13,6 @@ tests/test_graph_mode.py). `--device cpu --only llama` runs it on vLLM's CPU bui
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -21,7 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from benchmarks.gpu_validation import MODELS, mxtrim, source, validate_json  # noqa: E402
+from benchmarks.gpu_validation import MODELS, gpu_arguments, mxtrim, results_of, source, validate_json  # noqa: E402
 
 # output: the runs made of its dummy trim (validate flags each)
 RUNS = {
@@ -53,16 +52,9 @@ def table(key: str, doc: dict) -> list[str]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("work", type=Path)
-    ap.add_argument("--device", default="cuda")
-    ap.add_argument("--only", nargs="*")
-    ap.add_argument("--timeout", default="600")
-    args = ap.parse_args()
+    args = gpu_arguments().parse_args()
     work = args.work.resolve()
-    work.mkdir(parents=True, exist_ok=True)
-    results_path = work / "paths.json"
-    results = json.loads(results_path.read_text()) if results_path.exists() else {}
+    results_path, results = results_of(work, "paths.json")
     for name in args.only or RUNS:
         out = work / "out" / f"{name}-dummy"
         if not out.exists():

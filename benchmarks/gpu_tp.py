@@ -23,7 +23,6 @@ table.md from the device machine (two H200s, vLLM 0.26.0's CUDA build)."""
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import os
@@ -34,7 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from benchmarks.gpu_validation import cell, mxtrim, results_of, validate_json as validate  # noqa: E402
+from benchmarks.gpu_validation import cell, gpu_arguments, mxtrim, results_of, validate_json as validate  # noqa: E402
 
 GIB = 2**30
 DEEPSEEK = {"HIDDEN": 2048, "N_HEADS": 16, "Q_LORA": 1536, "KV_LORA": 512, "QK_NOPE": 128, "QK_ROPE": 64, "V_HEAD": 128,
@@ -167,13 +166,9 @@ def table(results: dict) -> str:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("work", type=Path)
-    ap.add_argument("--device", default="cuda")
+    ap = gpu_arguments()
     ap.add_argument("--small", action="store_true", help="small widths: a CPU dry run of the flow")
     ap.add_argument("--tp", type=int, default=2)
-    ap.add_argument("--only", nargs="*")
-    ap.add_argument("--timeout", default="600")
     args = ap.parse_args()
     work = args.work.resolve()
     results_path, results = results_of(work)

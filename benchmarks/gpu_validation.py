@@ -55,11 +55,21 @@ def validate_json(out: Path, device: str, timeout: str, *flags: str) -> dict:
     return doc
 
 
-def results_of(work: Path) -> tuple[Path, dict]:
-    """WORK/results.json and what an earlier run left in it (a run resumes where it stopped)."""
+def results_of(work: Path, name: str = "results.json") -> tuple[Path, dict]:
+    """WORK/NAME and what an earlier run left in it (a run resumes where it stopped)."""
     work.mkdir(parents=True, exist_ok=True)
-    path = work / "results.json"
+    path = work / name
     return path, (json.loads(path.read_text()) if path.exists() else {})
+
+
+def gpu_arguments(timeout: str = "600") -> argparse.ArgumentParser:
+    """The arguments every GPU benchmark takes: WORK, --device, --only NAME..., --timeout S."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("work", type=Path)
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--only", nargs="*")
+    ap.add_argument("--timeout", default=timeout)
+    return ap
 
 
 def source(name: str, work: Path) -> Path:
@@ -95,12 +105,7 @@ def cell(doc: dict, check: str) -> str:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("work", type=Path)
-    ap.add_argument("--device", default="cuda")
-    ap.add_argument("--only", nargs="*")
-    ap.add_argument("--timeout", default="300")
-    args = ap.parse_args()
+    args = gpu_arguments("300").parse_args()
     work = args.work.resolve()
     results_path, results = results_of(work)
     for name in args.only or MODELS:
